@@ -1,0 +1,1 @@
+"""OGBench datasets: offline generation, file checks, the device-resident Dataset pytree and GC sampler."""

@@ -1,0 +1,73 @@
+"""The OGBench datasets this project can generate offline, with OGBench's published generation settings.
+
+Settings follow OGBench's `data_gen_scripts/commands.sh` (navigate: 1000 episodes x 1001 rows, giant 500 x 2001;
+stitch: 5000 x 201; cube-single play: 1000 x 1001) and the `-val` split holds one tenth of the episodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ttt.errors import TttError
+
+# Centre that OGBench's manipulation environments subtract from positions before scaling them by 10.
+CUBE_XYZ_CENTER = np.array([0.425, 0.0, 0.0], dtype=np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+    """How one OGBench dataset is generated and what its files must look like."""
+
+    name: str  # e.g. 'pointmaze-medium-navigate-v0'
+    env_id: str  # gymnasium id, e.g. 'pointmaze-medium-v0'
+    family: str  # 'pointmaze' | 'cube'
+    kind: str  # 'navigate' | 'stitch' | 'play'
+    episodes: int  # training episodes at full size (val: episodes // 10)
+    episode_rows: int  # rows per episode (= max_episode_steps; the last row is the terminal one)
+    noise: float  # action noise (maze: Gaussian std; cube: plan-oracle noise)
+    ob_dim: int
+    action_dim: int
+    goal_eps: float  # success threshold on goal coordinates (pointmaze 1.0, cube 0.04 m)
+    noise_smoothing: float = 0.0  # cube plan oracle only
+
+    @property
+    def maze_type(self) -> str:
+        return self.env_id.split("-")[1]
+
+    def val_episodes(self, episodes: int) -> int:
+        return max(1, episodes // 10)
+
+    def goal_coords(self, observations: np.ndarray) -> np.ndarray:
+        """Goal coordinates of observations: maze xy, or the cube's position in metres."""
+        if self.family == "pointmaze":
+            return observations[..., :2]
+        return observations[..., 19:22] / np.float32(10.0) + CUBE_XYZ_CENTER
+
+
+def _build() -> dict[str, DatasetSpec]:
+    specs = {}
+    for maze in ("medium", "large", "giant", "teleport"):
+        nav_eps, nav_rows = (500, 2001) if maze == "giant" else (1000, 1001)
+        for kind, eps, rows in (("navigate", nav_eps, nav_rows), ("stitch", 5000, 201)):
+            name = f"pointmaze-{maze}-{kind}-v0"
+            specs[name] = DatasetSpec(
+                name=name, env_id=f"pointmaze-{maze}-v0", family="pointmaze", kind=kind, episodes=eps,
+                episode_rows=rows, noise=0.5, ob_dim=2, action_dim=2, goal_eps=1.0,
+            )
+    specs["cube-single-play-v0"] = DatasetSpec(
+        name="cube-single-play-v0", env_id="cube-single-v0", family="cube", kind="play", episodes=1000,
+        episode_rows=1001, noise=0.1, noise_smoothing=0.5, ob_dim=28, action_dim=5, goal_eps=0.04,
+    )
+    return specs
+
+
+SPECS: dict[str, DatasetSpec] = _build()
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """The spec of a dataset name; an unknown name is an error listing the valid ones."""
+    if name not in SPECS:
+        raise TttError(f"unknown dataset '{name}'; valid names: {', '.join(SPECS)}")
+    return SPECS[name]
