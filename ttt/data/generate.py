@@ -1,0 +1,289 @@
+"""Offline generation of OGBench datasets with OGBench's own environments and oracles.
+
+Follows OGBench's `data_gen_scripts/generate_locomaze.py` (pointmaze: action = unit direction to the BFS
+oracle subgoal + N(0, noise^2), clipped to [-1, 1]; navigate re-draws the goal among junction/dead-end
+cells when reached; stitch aims at a cell exactly 4 BFS steps away) and `generate_manipspace.py`
+(cube-single play: OGBench's CubePlanOracle with noise 0.1 and smoothing 0.5, a new target when the plan
+is done). Episodes never terminate early (`terminate_at_goal=False`), so every episode has
+`episode_rows` rows and `terminals` is True at its last row only.
+
+Reproducibility: OGBench seeds nothing; here every episode draws from its own seed
+`SeedSequence([seed, split, episode])` (numpy's global RNG, the env's RNG and its action space), so the
+arrays do not depend on how many worker processes generate them, and the `-val` split (split 1) uses a
+different stream from training (split 0). Finished blocks of episodes are cached so an interrupted run
+resumes where it stopped; the final files appear atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ttt import __version__
+from ttt.data.files import atomic_save_npz, resolve_dir
+from ttt.data.specs import DatasetSpec, get_spec
+from ttt.errors import TttError
+
+KEYS = ("observations", "actions", "terminals", "qpos", "qvel")
+BLOCK_EPISODES = 25  # episodes per cached block (resume granularity)
+
+
+def _quiet() -> None:
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    warnings.filterwarnings("ignore")
+
+
+def _make_env(spec: DatasetSpec):
+    _quiet()
+    import gymnasium
+    import ogbench  # noqa: F401  (registers the environments)
+
+    kwargs = dict(terminate_at_goal=False, max_episode_steps=spec.episode_rows)
+    if spec.family == "cube":
+        kwargs["mode"] = "data_collection"
+    return gymnasium.make(spec.env_id, **kwargs)
+
+
+def _episode_seed(seed: int, split: int, episode: int) -> int:
+    return int(np.random.SeedSequence([seed, split, episode]).generate_state(1)[0])
+
+
+def maze_cells(maze_map: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Free cells, and the free cells that are not straight hallway cells (junctions, corners, dead ends)."""
+    free, vertex = [], []
+    for i in range(maze_map.shape[0]):
+        for j in range(maze_map.shape[1]):
+            if maze_map[i, j] != 0:
+                continue
+            free.append((i, j))
+            vertical = maze_map[i - 1, j] == 0 and maze_map[i + 1, j] == 0
+            horizontal = maze_map[i, j - 1] == 0 and maze_map[i, j + 1] == 0
+            if vertical and maze_map[i, j - 1] == 1 and maze_map[i, j + 1] == 1:
+                continue
+            if horizontal and maze_map[i - 1, j] == 1 and maze_map[i + 1, j] == 1:
+                continue
+            vertex.append((i, j))
+    return free, vertex
+
+
+def cells_at_bfs_distance(maze_map: np.ndarray, start: tuple[int, int], steps: int) -> list[tuple[int, int]]:
+    """Free cells exactly `steps` BFS moves from `start` (4-connected), in BFS discovery order."""
+    dist = -np.ones(maze_map.shape, dtype=np.int64)
+    dist[start] = 0
+    queue, found = [start], []
+    while queue:
+        i, j = queue.pop(0)
+        for di, dj in ((-1, 0), (0, -1), (1, 0), (0, 1)):
+            ni, nj = i + di, j + dj
+            inside = 0 <= ni < maze_map.shape[0] and 0 <= nj < maze_map.shape[1]
+            if inside and maze_map[ni, nj] == 0 and dist[ni, nj] == -1:
+                dist[ni, nj] = dist[i, j] + 1
+                queue.append((ni, nj))
+                if dist[ni, nj] == steps:
+                    found.append((ni, nj))
+    return found
+
+
+def oracle_direction(env) -> np.ndarray:
+    """Unit vector from the agent towards OGBench's BFS oracle subgoal."""
+    u = env.unwrapped
+    xy = u.get_xy()
+    subgoal_xy, _ = u.get_oracle_subgoal(xy, u.cur_goal_xy)
+    d = subgoal_xy - xy
+    return d / (np.linalg.norm(d) + 1e-6)
+
+
+def _maze_episode(env, spec: DatasetSpec, rng_seed: int, noise: float) -> dict[str, np.ndarray]:
+    maze_map = env.unwrapped.maze_map
+    free, vertex = maze_cells(maze_map)
+    init_ij = free[np.random.randint(len(free))]
+    if spec.kind == "navigate":
+        goal_ij = vertex[np.random.randint(len(vertex))]
+    else:
+        adjacent = cells_at_bfs_distance(maze_map, init_ij, 4)
+        goal_ij = adjacent[np.random.randint(len(adjacent))] if adjacent else init_ij
+    ob, _ = env.reset(seed=rng_seed, options=dict(task_info=dict(init_ij=init_ij, goal_ij=goal_ij)))
+    rows = {k: [] for k in KEYS}
+    done = False
+    while not done:
+        action = np.clip(oracle_direction(env) + np.random.normal(0, noise, 2), -1, 1)
+        next_ob, _, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        if info["success"] and spec.kind == "navigate":
+            env.unwrapped.set_goal(vertex[np.random.randint(len(vertex))])
+        for k, v in zip(KEYS, (ob, action, done, info["prev_qpos"], info["prev_qvel"]), strict=True):
+            rows[k].append(v)
+        ob = next_ob
+    return rows
+
+
+def _cube_episode(env, spec: DatasetSpec, rng_seed: int, noise: float, oracle) -> dict[str, np.ndarray]:
+    ob, info = env.reset(seed=rng_seed)
+    oracle.reset(ob, info)
+    rows = {k: [] for k in KEYS}
+    done = False
+    while not done:
+        action = np.clip(np.asarray(oracle.select_action(ob, info)), -1, 1)
+        next_ob, _, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        if oracle.done:
+            new_ob, new_info = env.unwrapped.set_new_target(p_stack=0.0)
+            oracle.reset(new_ob, new_info)
+        for k, v in zip(KEYS, (ob, action, done, info["prev_qpos"], info["prev_qvel"]), strict=True):
+            rows[k].append(v)
+        ob = next_ob
+    return rows
+
+
+def _stack(rows: dict[str, list]) -> dict[str, np.ndarray]:
+    return {k: np.asarray(v, dtype=bool if k == "terminals" else np.float32) for k, v in rows.items()}
+
+
+def generate_episodes(
+    spec: DatasetSpec, seed: int, split: int, episodes: range, noise: float | None = None
+) -> dict[str, np.ndarray]:
+    """Generate the given episodes of one split (0 train, 1 val) and return them concatenated."""
+    noise = spec.noise if noise is None else noise
+    env = _make_env(spec)
+    oracle = None
+    if spec.family == "cube":
+        from ogbench.manipspace.oracles.plan.cube_plan import CubePlanOracle
+
+        oracle = CubePlanOracle(env=env, noise=noise, noise_smoothing=spec.noise_smoothing)
+    parts = []
+    for ep in episodes:
+        s = _episode_seed(seed, split, ep)
+        np.random.seed(s % 2**32)
+        env.action_space.seed(s)
+        if spec.family == "pointmaze":
+            parts.append(_stack(_maze_episode(env, spec, s, noise)))
+        else:
+            parts.append(_stack(_cube_episode(env, spec, s, noise, oracle)))
+    env.close()
+    return {k: np.concatenate([p[k] for p in parts]) for k in KEYS}
+
+
+def _block_job(args):
+    spec_name, seed, split, start, stop, noise = args
+    return split, start, stop, generate_episodes(get_spec(spec_name), seed, split, range(start, stop), noise)
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationPlan:
+    spec: DatasetSpec
+    episodes: int
+    seed: int
+    noise: float
+
+    @property
+    def val_episodes(self) -> int:
+        return self.spec.val_episodes(self.episodes)
+
+    def fingerprint(self) -> str:
+        """Content key of what this plan produces (used for the resume cache)."""
+        key = json.dumps(dict(name=self.spec.name, episodes=self.episodes, seed=self.seed, noise=self.noise,
+                              rows=self.spec.episode_rows, version=__version__), sort_keys=True)
+        return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+    def blocks(self) -> list[tuple[int, int, int]]:
+        out = []
+        for split, n in ((0, self.episodes), (1, self.val_episodes)):
+            out += [(split, a, min(a + BLOCK_EPISODES, n)) for a in range(0, n, BLOCK_EPISODES)]
+        return out
+
+
+def array_digest(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over the arrays' names, dtypes, shapes and bytes (file bytes vary with zip timestamps)."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def generate(
+    name: str,
+    episodes: int | None = None,
+    seed: int = 0,
+    directory: str | os.PathLike | None = None,
+    workers: int | None = None,
+    noise: float | None = None,
+    force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Path, Path]:
+    """Generate NAME.npz and NAME-val.npz; returns their paths.
+
+    `progress(done_episodes, total_episodes)` is called as blocks finish. Finished blocks are cached in a
+    hidden `.NAME.partial-<key>` folder beside the output, so a rerun after an interruption resumes.
+    """
+    spec = get_spec(name)
+    episodes = spec.episodes if episodes is None else episodes
+    if episodes < 1:
+        raise TttError(f"--episodes must be >= 1, got {episodes}")
+    noise = spec.noise if noise is None else noise
+    if noise < 0:
+        raise TttError(f"--noise must be >= 0, got {noise}")
+    out_dir = resolve_dir(directory, create_default=True, writable=True)
+    train_path, val_path = out_dir / f"{name}.npz", out_dir / f"{name}-val.npz"
+    existing = [p for p in (train_path, val_path) if p.exists()]
+    if existing and not force:
+        raise TttError(f"{existing[0]} already exists; pass --force to overwrite it")
+
+    plan = GenerationPlan(spec, episodes, seed, noise)
+    cache = out_dir / f".{name}.partial-{plan.fingerprint()}"
+    cache.mkdir(exist_ok=True)
+    (cache / "plan.json").write_text(json.dumps(dataclasses.asdict(plan), default=str))
+    blocks = plan.blocks()
+    total = episodes + plan.val_episodes
+
+    def block_file(split: int, start: int) -> Path:
+        return cache / f"split{split}-{start:07d}.npz"
+
+    todo = [b for b in blocks if not block_file(b[0], b[1]).exists()]
+    done_eps = sum(b[2] - b[1] for b in blocks if b not in todo)
+    if progress:
+        progress(done_eps, total)
+    jobs = [(name, seed, split, a, b, noise) for split, a, b in todo]
+    for split, start, stop, arrays in _run_jobs(jobs, workers):
+        atomic_save_npz(block_file(split, start), arrays, compress=False)
+        done_eps += stop - start
+        if progress:
+            progress(done_eps, total)
+
+    paths = []
+    for split, path in ((0, train_path), (1, val_path)):
+        parts = [np.load(block_file(s, a)) for s, a, _ in blocks if s == split]
+        arrays = {k: np.concatenate([p[k] for p in parts]) for k in KEYS}
+        atomic_save_npz(path, arrays, compress=True)
+        meta = dict(name=name, split="val" if split else "train", seed=seed, noise=noise,
+                    episodes=len(arrays["terminals"]) // spec.episode_rows, rows=len(arrays["terminals"]),
+                    episode_rows=spec.episode_rows, env_id=spec.env_id, sha256_arrays=array_digest(arrays),
+                    generator=f"ttt {__version__}", created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(meta, indent=1))
+        os.replace(tmp, path.with_suffix(".json"))
+        paths.append(path)
+    shutil.rmtree(cache, ignore_errors=True)
+    return paths[0], paths[1]
+
+
+def _run_jobs(jobs: list, workers: int | None) -> Iterator:
+    workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
+    if workers == 1:
+        for job in jobs:
+            yield _block_job(job)
+        return
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(workers) as pool:
+        yield from pool.imap_unordered(_block_job, jobs)
