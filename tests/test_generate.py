@@ -150,3 +150,12 @@ def test_cube_single_format(tmp_path):
     assert np.linalg.norm(cube[-1] - cube[0]) > 0.02 or np.ptp(cube, axis=0).max() > 0.02
     assert check(name, tmp_path)[0].rows == 1001
     env.close()
+
+
+def test_load_builds_dataset_with_goal_coordinates(nav10):
+    from ttt.data.files import load
+
+    data = load(NAV, nav10)
+    assert data.n_rows == 10 * 1001 and data.n_episodes == 10 and data.n_valid == 10 * 1000
+    np.testing.assert_array_equal(np.asarray(data.goals), np.asarray(data.observations))  # maze goal = xy
+    assert load(NAV, nav10, split="val").n_episodes == 1

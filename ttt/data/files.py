@@ -229,3 +229,17 @@ def list_datasets(directory: str | os.PathLike | None = None) -> list[dict]:
         out.append(dict(name=p.name[1:].split(".partial-")[0], train_bytes=None, val_bytes=None, episodes=None,
                         seed=None, status=f"partial run ({n_blocks} blocks cached; rerun generate to resume)"))
     return out
+
+
+def load(name: str, directory: str | os.PathLike | None = None, split: str = "train"):
+    """Read, check and build the device-resident `Dataset` of NAME (`split` 'train' or 'val')."""
+    from ttt.data.dataset import Dataset
+
+    if split not in ("train", "val"):
+        raise TttError(f"split must be 'train' or 'val', got '{split}'")
+    spec = get_spec(name)
+    path = resolve_dir(directory) / (f"{name}.npz" if split == "train" else f"{name}-val.npz")
+    arrays = read_npz(path, spec)
+    check_arrays(path, arrays, spec)
+    return Dataset.from_arrays(arrays["observations"], arrays["actions"], arrays["terminals"],
+                               goal_fn=spec.goal_coords)
