@@ -36,13 +36,17 @@ def resolve_dir(directory: str | os.PathLike | None, create_default: bool = Fals
             except OSError as e:
                 raise TttError(f"cannot create the default dataset directory {path}: {e.strerror}") from None
         elif not path.is_dir():
-            raise TttError(f"the default dataset directory {path} does not exist; generate a dataset first "
-                           "(ttt data generate NAME) or pass --dir")
+            raise TttError(
+                f"the default dataset directory {path} does not exist; generate a dataset first "
+                "(ttt data generate NAME) or pass --dir"
+            )
     else:
         path = Path(directory).expanduser()
         if not path.exists():
-            raise TttError(f"directory {path} does not exist; create it first or leave out --dir "
-                           f"to use OGBench's default {default_dir()}")
+            raise TttError(
+                f"directory {path} does not exist; create it first or leave out --dir "
+                f"to use OGBench's default {default_dir()}"
+            )
         if not path.is_dir():
             raise TttError(f"{path} is not a directory")
     if writable:
@@ -87,8 +91,10 @@ def read_npz(path: Path, spec: DatasetSpec | None = None) -> dict[str, np.ndarra
         with np.load(path, allow_pickle=False) as f:
             missing = [k for k in REQUIRED_KEYS if k not in f.files]
             if missing:
-                raise TttError(f"{path}: not an OGBench dataset: missing key(s) {', '.join(missing)} "
-                               f"(found: {', '.join(f.files) or 'none'})")
+                raise TttError(
+                    f"{path}: not an OGBench dataset: missing key(s) {', '.join(missing)} "
+                    f"(found: {', '.join(f.files) or 'none'})"
+                )
             return {k: f[k] for k in f.files}
     except TttError:
         raise
@@ -116,8 +122,10 @@ def check_arrays(path: Path, arrays: dict[str, np.ndarray], spec: DatasetSpec) -
     if obs.ndim != 2:
         fail(f"observations must be 2-D (rows, {spec.ob_dim}), got shape {obs.shape}")
     if obs.shape[1] != spec.ob_dim:
-        fail(f"observation size {obs.shape[1]} does not match {spec.env_id}, whose observations have "
-             f"{spec.ob_dim} numbers")
+        fail(
+            f"observation size {obs.shape[1]} does not match {spec.env_id}, whose observations have "
+            f"{spec.ob_dim} numbers"
+        )
     rows = obs.shape[0]
     if act.ndim != 2 or act.shape[1] != spec.action_dim:
         fail(f"actions must have shape (rows, {spec.action_dim}) for {spec.env_id}, got {act.shape}")
@@ -143,8 +151,10 @@ def check_arrays(path: Path, arrays: dict[str, np.ndarray], spec: DatasetSpec) -
     lengths = np.diff(np.concatenate([[-1], ends]))
     bad = np.flatnonzero(lengths != spec.episode_rows)
     if len(bad):
-        fail(f"episode {bad[0]} has {lengths[bad[0]]} rows; every {spec.name} episode has {spec.episode_rows} "
-             "(terminal at its last row)")
+        fail(
+            f"episode {bad[0]} has {lengths[bad[0]]} rows; every {spec.name} episode has {spec.episode_rows} "
+            "(terminal at its last row)"
+        )
 
     if spec.family == "pointmaze":
         if "qpos" in arrays and not np.allclose(arrays["qpos"], obs, atol=1e-6):
@@ -172,8 +182,10 @@ def _check_maze_contents(fail, obs: np.ndarray, spec: DatasetSpec) -> None:
         ep_last[np.arange(spec.episode_rows - 1, len(obs) - 1, spec.episode_rows)] = True
         jumps = (step > MAX_POINT_STEP) & ~ep_last
         if jumps.any():
-            fail(f"row {int(np.argmax(jumps))} moves {step[jumps][0]:.3f} in one step; a point moves at most "
-                 f"{MAX_POINT_STEP} per step within an episode (are the terminals misplaced?)")
+            fail(
+                f"row {int(np.argmax(jumps))} moves {step[jumps][0]:.3f} in one step; a point moves at most "
+                f"{MAX_POINT_STEP} per step within an episode (are the terminals misplaced?)"
+            )
 
 
 def check(name: str, directory: str | os.PathLike | None = None) -> list[CheckReport]:
@@ -215,19 +227,41 @@ def list_datasets(directory: str | os.PathLike | None = None) -> list[dict]:
                     meta = json.loads(train.with_suffix(".json").read_text())
                 except (OSError, ValueError):
                     meta = {}
-            out.append(dict(name=name, train_bytes=train.stat().st_size if train.exists() else None,
-                            val_bytes=val.stat().st_size if val.exists() else None,
-                            episodes=meta.get("episodes"), seed=meta.get("seed"), status="complete"
-                            if train.exists() and val.exists() else "incomplete"))
+            out.append(
+                dict(
+                    name=name,
+                    train_bytes=train.stat().st_size if train.exists() else None,
+                    val_bytes=val.stat().st_size if val.exists() else None,
+                    episodes=meta.get("episodes"),
+                    seed=meta.get("seed"),
+                    status="complete" if train.exists() and val.exists() else "incomplete",
+                )
+            )
             seen |= {train.name, val.name}
     for p in sorted(d.glob("*.npz")):
         if p.name not in seen:
-            out.append(dict(name=p.stem, train_bytes=p.stat().st_size, val_bytes=None, episodes=None, seed=None,
-                            status="unknown name"))
+            out.append(
+                dict(
+                    name=p.stem,
+                    train_bytes=p.stat().st_size,
+                    val_bytes=None,
+                    episodes=None,
+                    seed=None,
+                    status="unknown name",
+                )
+            )
     for p in sorted(d.glob(".*.partial-*")):
         n_blocks = len(list(p.glob("split*.npz")))
-        out.append(dict(name=p.name[1:].split(".partial-")[0], train_bytes=None, val_bytes=None, episodes=None,
-                        seed=None, status=f"partial run ({n_blocks} blocks cached; rerun generate to resume)"))
+        out.append(
+            dict(
+                name=p.name[1:].split(".partial-")[0],
+                train_bytes=None,
+                val_bytes=None,
+                episodes=None,
+                seed=None,
+                status=f"partial run ({n_blocks} blocks cached; rerun generate to resume)",
+            )
+        )
     return out
 
 
@@ -241,5 +275,4 @@ def load(name: str, directory: str | os.PathLike | None = None, split: str = "tr
     path = resolve_dir(directory) / (f"{name}.npz" if split == "train" else f"{name}-val.npz")
     arrays = read_npz(path, spec)
     check_arrays(path, arrays, spec)
-    return Dataset.from_arrays(arrays["observations"], arrays["actions"], arrays["terminals"],
-                               goal_fn=spec.goal_coords)
+    return Dataset.from_arrays(arrays["observations"], arrays["actions"], arrays["terminals"], goal_fn=spec.goal_coords)

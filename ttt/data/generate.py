@@ -191,8 +191,17 @@ class GenerationPlan:
 
     def fingerprint(self) -> str:
         """Content key of what this plan produces (used for the resume cache)."""
-        key = json.dumps(dict(name=self.spec.name, episodes=self.episodes, seed=self.seed, noise=self.noise,
-                              rows=self.spec.episode_rows, version=__version__), sort_keys=True)
+        key = json.dumps(
+            dict(
+                name=self.spec.name,
+                episodes=self.episodes,
+                seed=self.seed,
+                noise=self.noise,
+                rows=self.spec.episode_rows,
+                version=__version__,
+            ),
+            sort_keys=True,
+        )
         return hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def blocks(self) -> list[tuple[int, int, int]]:
@@ -266,10 +275,19 @@ def generate(
         parts = [np.load(block_file(s, a)) for s, a, _ in blocks if s == split]
         arrays = {k: np.concatenate([p[k] for p in parts]) for k in KEYS}
         atomic_save_npz(path, arrays, compress=True)
-        meta = dict(name=name, split="val" if split else "train", seed=seed, noise=noise,
-                    episodes=len(arrays["terminals"]) // spec.episode_rows, rows=len(arrays["terminals"]),
-                    episode_rows=spec.episode_rows, env_id=spec.env_id, sha256_arrays=array_digest(arrays),
-                    generator=f"ttt {__version__}", created=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        meta = dict(
+            name=name,
+            split="val" if split else "train",
+            seed=seed,
+            noise=noise,
+            episodes=len(arrays["terminals"]) // spec.episode_rows,
+            rows=len(arrays["terminals"]),
+            episode_rows=spec.episode_rows,
+            env_id=spec.env_id,
+            sha256_arrays=array_digest(arrays),
+            generator=f"ttt {__version__}",
+            created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        )
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(meta, indent=1))
         os.replace(tmp, path.with_suffix(".json"))

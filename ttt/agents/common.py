@@ -1,0 +1,104 @@
+"""Pieces shared by the backbones: the backbone record, expectile loss, Polyak averaging, acting."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray, PyTree
+
+from ttt.errors import TttError
+from ttt.nets import GaussianActor
+
+ACTOR_LOSSES = ("ddpgbc", "awr")
+
+
+@dataclasses.dataclass(frozen=True)
+class Backbone:
+    """One backbone's pure functions, all with the same signatures across backbones.
+
+    - ``Config``: frozen, hashable dataclass of static hyper-parameters (OGBench defaults).
+    - ``init(key, obs_dim, action_dim, cfg) -> agent``: every network, target networks included.
+    - ``loss(agent, batch, key, cfg) -> (scalar, metrics)``: the backbone's whole loss.
+    - ``target_update(agent, cfg) -> agent``: Polyak averaging (identity without targets).
+    - ``act(agent, obs, goal, key, temperature) -> action`` in ``[-1, 1]`` (temperature 0: the mean).
+    - ``value(agent, obs, goal) -> values``: the goal-conditioned value used for data selection.
+    - ``has_value(cfg) -> bool``: whether ``value`` is available under ``cfg``.
+    """
+
+    name: str
+    Config: type
+    init: Callable[..., Any]
+    loss: Callable[..., tuple[Float[Array, ""], dict[str, Float[Array, ""]]]]
+    target_update: Callable[..., Any]
+    act: Callable[..., Float[Array, "*batch act"]]
+    value: Callable[..., Float[Array, "*batch"]]
+    has_value: Callable[[Any], bool]
+
+
+def tuple_field(obj: Any, *names: str) -> None:
+    """Coerce list-valued fields of a frozen dataclass to tuples so the config stays hashable."""
+    for name in names:
+        object.__setattr__(obj, name, tuple(int(d) for d in getattr(obj, name)))
+
+
+def check_actor_loss(actor_loss: str) -> None:
+    """Raise TttError on an unknown policy-extraction name."""
+    if actor_loss not in ACTOR_LOSSES:
+        raise TttError(f"unknown actor_loss {actor_loss!r}; valid: {', '.join(ACTOR_LOSSES)}")
+
+
+def expectile_loss(
+    adv: Float[Array, "*batch"], diff: Float[Array, "*batch"], expectile: float
+) -> Float[Array, "*batch"]:
+    """IQL's asymmetric square: ``|expectile - 1[adv < 0]| * diff**2``."""
+    weight = jnp.where(adv >= 0, expectile, 1.0 - expectile)
+    return weight * diff**2
+
+
+def polyak(online: PyTree, target: PyTree, tau: float) -> PyTree:
+    """``tau * online + (1 - tau) * target`` leaf by leaf."""
+    return jax.tree.map(lambda p, tp: p * tau + tp * (1.0 - tau), online, target)
+
+
+def act_gaussian(
+    actor: GaussianActor,
+    obs: Float[Array, "*batch obs"],
+    goal: Float[Array, "*batch obs"],
+    key: PRNGKeyArray,
+    temperature: float | Float[Array, ""] = 0.0,
+) -> Float[Array, "*batch act"]:
+    """Sample with the std scaled by ``temperature`` (0: the mean action), clipped to ``[-1, 1]``."""
+    return jnp.clip(actor.sample(obs, goal, key, temperature), -1.0, 1.0)
+
+
+def actor_metrics(
+    mean: Float[Array, "batch act"],
+    std: Float[Array, "batch act"],
+    actions: Float[Array, "batch act"],
+    log_prob: Float[Array, " batch"],
+) -> dict[str, Float[Array, ""]]:
+    """OGBench's common actor diagnostics."""
+    return {
+        "bc_log_prob": log_prob.mean(),
+        "mse": jnp.mean((mean - actions) ** 2),
+        "std": jnp.mean(std),
+    }
+
+
+def prefixed(prefix: str, metrics: dict[str, Float[Array, ""]]) -> dict[str, Float[Array, ""]]:
+    """``{prefix/name: value}``, OGBench's metric naming."""
+    return {f"{prefix}/{k}": v for k, v in metrics.items()}
+
+
+def ddpgbc_q_loss(q: Float[Array, " batch"]) -> Float[Array, ""]:
+    """DDPG term normalised by the (stopped) mean |Q|, as OGBench does."""
+    return -q.mean() / jax.lax.stop_gradient(jnp.abs(q).mean() + 1e-6)
+
+
+def awr_weights(adv: Float[Array, " batch"], alpha: float) -> Float[Array, " batch"]:
+    """``min(exp(alpha * adv), 100)``."""
+    return jnp.minimum(jnp.exp(adv * alpha), 100.0)

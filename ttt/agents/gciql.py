@@ -1,0 +1,182 @@
+"""Goal-conditioned implicit Q-learning (OGBench ``impls/agents/gciql.py``).
+
+Networks: V(s, g) (one head), twin Q(s, g, a) with a Polyak target, Gaussian actor. The whole loss is
+``value + critic + actor``:
+
+- value: expectile regression of V towards ``min(Q_target1, Q_target2)`` (target under stop-gradient);
+- critic: ``sum_i (Q_i - (r + gamma * m * sg(V(s', g))))^2``, mean over the batch;
+- actor ``'ddpgbc'``: ``-mean(Q(s, g, a_pi)) / sg(mean|Q| + 1e-6) - alpha * mean(log pi(a | s, g))`` with
+  ``a_pi`` the clipped mean (``const_std``) or a clipped reparameterised sample, Q the min of the online
+  twin Q under stop-gradient (the gradient reaches only the actor through ``a_pi``);
+- actor ``'awr'``: ``-mean(min(exp(alpha * (Q - V)), 100) * log pi(a | s, g))`` with Q, V stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, PRNGKeyArray
+
+from ttt.agents.common import (
+    Backbone,
+    act_gaussian,
+    actor_metrics,
+    awr_weights,
+    check_actor_loss,
+    ddpgbc_q_loss,
+    expectile_loss,
+    polyak,
+    prefixed,
+    tuple_field,
+)
+from ttt.data.batch import Batch
+from ttt.nets import GaussianActor, GCValue, gaussian_log_prob
+
+NAME = "gciql"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """GC-IQL hyper-parameters (OGBench ``get_config`` defaults).
+
+    OGBench's per-environment alpha for DDPG+BC: pointmaze 0.003, cube 1.0; AWR uses alpha 10 (the
+    pipelines set these; the default here is OGBench's generic 0.3).
+    """
+
+    lr: float = 3e-4
+    batch_size: int = 1024
+    actor_hidden_dims: tuple[int, ...] = (512, 512, 512)
+    value_hidden_dims: tuple[int, ...] = (512, 512, 512)
+    layer_norm: bool = True
+    discount: float = 0.99
+    tau: float = 0.005
+    expectile: float = 0.9
+    actor_loss: str = "ddpgbc"
+    alpha: float = 0.3
+    const_std: bool = True
+
+    def __post_init__(self):
+        tuple_field(self, "actor_hidden_dims", "value_hidden_dims")
+        check_actor_loss(self.actor_loss)
+
+
+class Agent(eqx.Module):
+    """GC-IQL networks: ``value`` V(s, g), twin ``critic`` Q(s, g, a), its Polyak ``target_critic``, ``actor``."""
+
+    actor: GaussianActor
+    value: GCValue
+    critic: GCValue
+    target_critic: GCValue
+
+
+def init(key: PRNGKeyArray, obs_dim: int, action_dim: int, cfg: Config) -> Agent:
+    """Build all networks; the target critic starts as an exact copy of the critic."""
+    k_actor, k_value, k_critic = jax.random.split(key, 3)
+    actor = GaussianActor(k_actor, obs_dim, obs_dim, action_dim, cfg.actor_hidden_dims, const_std=cfg.const_std)
+    value = GCValue(k_value, 2 * obs_dim, cfg.value_hidden_dims, layer_norm=cfg.layer_norm, ensemble=1)
+    critic = GCValue(k_critic, 2 * obs_dim + action_dim, cfg.value_hidden_dims, layer_norm=cfg.layer_norm, ensemble=2)
+    return Agent(actor=actor, value=value, critic=critic, target_critic=critic)
+
+
+def value_loss(agent: Agent, batch: Batch, cfg: Config) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """Expectile regression of V(s, g) on the min of the target Q's."""
+    q1, q2 = jax.lax.stop_gradient(agent.target_critic)(batch.observations, batch.value_goals, batch.actions)
+    q = jnp.minimum(q1, q2)
+    v = agent.value(batch.observations, batch.value_goals)
+    loss = expectile_loss(q - v, q - v, cfg.expectile).mean()
+    return loss, {"value_loss": loss, "v_mean": v.mean(), "v_max": v.max(), "v_min": v.min()}
+
+
+def critic_loss(agent: Agent, batch: Batch, cfg: Config) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """TD regression of both Q heads on ``r + gamma * m * sg(V(s', g))``."""
+    next_v = jax.lax.stop_gradient(agent.value)(batch.next_observations, batch.value_goals)
+    q = batch.rewards + cfg.discount * batch.masks * next_v
+    q1, q2 = agent.critic(batch.observations, batch.value_goals, batch.actions)
+    loss = ((q1 - q) ** 2 + (q2 - q) ** 2).mean()
+    return loss, {"critic_loss": loss, "q_mean": q.mean(), "q_max": q.max(), "q_min": q.min()}
+
+
+def actor_loss(
+    agent: Agent, batch: Batch, key: PRNGKeyArray, cfg: Config
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """DDPG+BC or AWR policy extraction (see the module docstring)."""
+    obs, goals = batch.observations, batch.actor_goals
+    critic = jax.lax.stop_gradient(agent.critic)
+    mean, std = agent.actor(obs, goals)
+    log_prob = gaussian_log_prob(mean, std, batch.actions)
+    if cfg.actor_loss == "awr":
+        v = jax.lax.stop_gradient(agent.value)(obs, goals)
+        q1, q2 = critic(obs, goals, batch.actions)
+        adv = jnp.minimum(q1, q2) - v
+        loss = -(awr_weights(adv, cfg.alpha) * log_prob).mean()
+        return loss, {"actor_loss": loss, "adv": adv.mean(), **actor_metrics(mean, std, batch.actions, log_prob)}
+    if cfg.const_std:
+        q_actions = jnp.clip(mean, -1.0, 1.0)
+    else:
+        q_actions = jnp.clip(mean + std * jax.random.normal(key, mean.shape, mean.dtype), -1.0, 1.0)
+    q1, q2 = critic(obs, goals, q_actions)
+    q = jnp.minimum(q1, q2)
+    q_loss = ddpgbc_q_loss(q)
+    bc_loss = -(cfg.alpha * log_prob).mean()
+    loss = q_loss + bc_loss
+    return loss, {
+        "actor_loss": loss,
+        "q_loss": q_loss,
+        "bc_loss": bc_loss,
+        "q_mean": q.mean(),
+        "q_abs_mean": jnp.abs(q).mean(),
+        **actor_metrics(mean, std, batch.actions, log_prob),
+    }
+
+
+def loss(
+    agent: Agent, batch: Batch, key: PRNGKeyArray, cfg: Config
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """``value + critic + actor``; ``key`` drives the DDPG+BC action sample when the std is learned."""
+    v_loss, v_info = value_loss(agent, batch, cfg)
+    c_loss, c_info = critic_loss(agent, batch, cfg)
+    a_loss, a_info = actor_loss(agent, batch, key, cfg)
+    info = {**prefixed("value", v_info), **prefixed("critic", c_info), **prefixed("actor", a_info)}
+    return v_loss + c_loss + a_loss, info
+
+
+def target_update(agent: Agent, cfg: Config) -> Agent:
+    """``target_critic <- tau * critic + (1 - tau) * target_critic``."""
+    return eqx.tree_at(lambda a: a.target_critic, agent, polyak(agent.critic, agent.target_critic, cfg.tau))
+
+
+def act(
+    agent: Agent,
+    obs: Float[Array, "*batch obs"],
+    goal: Float[Array, "*batch obs"],
+    key: PRNGKeyArray,
+    temperature: float | Float[Array, ""] = 0.0,
+) -> Float[Array, "*batch act"]:
+    """Action in ``[-1, 1]``; temperature 0 gives the mean action."""
+    return act_gaussian(agent.actor, obs, goal, key, temperature)
+
+
+def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*batch obs"]) -> Float[Array, "*batch"]:
+    """``V(s, g)``."""
+    return agent.value(obs, goal)
+
+
+def has_value(cfg: Config) -> bool:
+    """GC-IQL always has V."""
+    del cfg
+    return True
+
+
+BACKBONE = Backbone(
+    name=NAME,
+    Config=Config,
+    init=init,
+    loss=loss,
+    target_update=target_update,
+    act=act,
+    value=value,
+    has_value=has_value,
+)

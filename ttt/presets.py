@@ -1,0 +1,118 @@
+"""Named agents and training profiles: which backbone, with which OGBench hyper-parameters, on which dataset.
+
+Agents (the names `ttt pretrain --agent` takes):
+
+- `gcbc`: GC-BC, with a GCIVL-style value trained beside the actor for GC-TTT's selection ("GC-BC + TTT
+  with critic"); the actor never sees it, so base and critic-free runs use the same checkpoint.
+- `gciql`: GC-IQL with DDPG+BC policy extraction (alpha: pointmaze 0.003, cube 1.0).
+- `gciql-awr`: GC-IQL with AWR policy extraction (alpha 10).
+- `saw`: SAW (policy bootstrapping from subgoal-conditioned policies), when registered.
+- `qrl`: QRL (IQE quasimetric; DDPG+BC alpha pointmaze 0.0003, cube 0.3).
+
+Goal sampling follows each OGBench agent's defaults; on stitch datasets OGBench's tuned commands set the actor
+goals to half trajectory, half random for every agent but GC-BC (`impls/hyperparameters.sh`).
+
+Profiles:
+
+- `paper`: OGBench defaults: 512x3 MLPs, batch 1024, 1,000,000 steps (for a GPU).
+- `cpu`: 256x2 MLPs, batch 256, 50,000 steps: what fits a 2-core CPU in minutes per seed batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ttt.agents import get_backbone
+from ttt.data.sampler import GoalMix, SamplerConfig
+from ttt.data.specs import DatasetSpec
+from ttt.errors import TttError
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    name: str
+    hidden_dims: tuple[int, ...]
+    batch_size: int
+    steps: int
+    description: str
+
+
+PROFILES: dict[str, Profile] = {
+    "paper": Profile("paper", (512, 512, 512), 1024, 1_000_000, "OGBench defaults: 512x3 MLPs, batch 1024, 1M steps"),
+    "cpu": Profile("cpu", (256, 256), 256, 50_000, "256x2 MLPs, batch 256, 50k steps (fits a 2-core CPU)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentPreset:
+    name: str
+    backbone: str
+    overrides: tuple[tuple[str, Any], ...] = ()  # Config fields fixed by the preset
+    value_mix: GoalMix = GoalMix(0.2, 0.5, 0.3, True)
+    stitch_actor_mix: bool = True  # OGBench's tuned stitch commands: actor goals 0.5 trajectory / 0.5 random
+    gc_negative: bool = True
+
+
+AGENTS: dict[str, AgentPreset] = {
+    "gcbc": AgentPreset("gcbc", "gcbc", (("with_critic", True),), stitch_actor_mix=False),
+    "gciql": AgentPreset("gciql", "gciql", (("actor_loss", "ddpgbc"),)),
+    "gciql-awr": AgentPreset("gciql-awr", "gciql", (("actor_loss", "awr"), ("alpha", 10.0))),
+    "saw": AgentPreset("saw", "saw"),
+    "qrl": AgentPreset("qrl", "qrl", value_mix=GoalMix(0.0, 0.0, 1.0, True), gc_negative=False),
+}
+
+# Per-environment-family hyper-parameters of OGBench's tuned commands (and SAW's paper for saw).
+FAMILY_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
+    ("gciql", "pointmaze"): {"alpha": 0.003},
+    ("gciql", "cube"): {"alpha": 1.0},
+    ("qrl", "pointmaze"): {"alpha": 0.0003},
+    ("qrl", "cube"): {"alpha": 0.3},
+    ("saw", "cube"): {"expectile": 0.9, "subgoal_steps": 10, "kl_alpha": 0.3},
+}
+
+
+def get_profile(name: str) -> Profile:
+    if name not in PROFILES:
+        raise TttError(f"unknown profile '{name}'; valid: {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def get_agent(name: str) -> AgentPreset:
+    if name not in AGENTS:
+        raise TttError(f"unknown agent '{name}'; valid: {', '.join(AGENTS)}")
+    preset = AGENTS[name]
+    get_backbone(preset.backbone)  # the backbone must be registered
+    return preset
+
+
+def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[str, Any] | None = None):
+    """The backbone `Config` and `SamplerConfig` for an agent preset on a dataset under a profile."""
+    preset, prof = get_agent(agent), get_profile(profile)
+    backbone = get_backbone(preset.backbone)
+    fields = {f.name for f in dataclasses.fields(backbone.Config)}
+    values: dict[str, Any] = {"batch_size": prof.batch_size}
+    for k in ("actor_hidden_dims", "value_hidden_dims"):
+        if k in fields:
+            values[k] = prof.hidden_dims
+    values.update(dict(preset.overrides))
+    if preset.name != "gciql-awr":
+        values.update(FAMILY_OVERRIDES.get((preset.backbone, spec.family), {}))
+    values.update(overrides or {})
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise TttError(
+            f"unknown {preset.backbone} config key(s) {', '.join(unknown)}; valid: {', '.join(sorted(fields))}"
+        )
+    cfg = backbone.Config(**values)
+    actor_mix = GoalMix(0.0, 1.0, 0.0, False)
+    if spec.kind == "stitch" and preset.stitch_actor_mix:
+        actor_mix = GoalMix(0.0, 0.5, 0.5, False)
+    sampler = SamplerConfig(
+        batch_size=cfg.batch_size,
+        discount=getattr(cfg, "discount", 0.99),
+        value=preset.value_mix,
+        actor=actor_mix,
+        gc_negative=preset.gc_negative,
+    )
+    return cfg, sampler

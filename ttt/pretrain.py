@@ -1,0 +1,334 @@
+"""Pre-training: a scan-compiled update loop run in chunks, vmapped over seeds, with atomic checkpoints.
+
+Pure part: `make_chunk(...)` returns `chunk(states, seed_keys, data) -> (states, metrics)`, one jitted program
+that runs `chunk_steps` updates (sample batch, whole backbone loss, Adam, target update) for every seed at
+once. The step's key is `fold_in(seed_key, step)`, so results do not depend on the chunk length, on
+interruptions, or on how many seeds train together. Host part: `pretrain(...)` drives chunks, shows
+progress, stops on a non-finite loss naming the step and term, and checkpoints after every chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Int, PRNGKeyArray
+
+from ttt.agents import get_backbone
+from ttt.data.dataset import Dataset
+from ttt.data.sampler import SamplerConfig, make_batch, sample_rows
+from ttt.errors import TttError
+
+CKPT_FORMAT = 1
+
+
+class TrainState(eqx.Module):
+    """One seed's agent, optimiser state and step (stacked along a leading seed axis when vmapped)."""
+
+    agent: Any
+    opt_state: Any
+    step: Int[Array, ""]
+
+
+def batch_fn_for(backbone_name: str) -> Callable:
+    """`(key, data, idxs, sampler_cfg, cfg) -> batch` for a backbone (SAW adds waypoints)."""
+    import importlib
+
+    module = importlib.import_module(f"ttt.agents.{backbone_name}")
+    return getattr(module, "BATCH_FN", lambda key, data, idxs, scfg, cfg: make_batch(key, data, idxs, scfg))
+
+
+def make_optimizer(cfg) -> optax.GradientTransformation:
+    return optax.adam(cfg.lr)
+
+
+def init_state(key: PRNGKeyArray, backbone_name: str, obs_dim: int, action_dim: int, cfg) -> TrainState:
+    """A fresh TrainState (vmap it over seed keys for several seeds)."""
+    agent = get_backbone(backbone_name).init(key, obs_dim, action_dim, cfg)
+    opt_state = make_optimizer(cfg).init(eqx.filter(agent, eqx.is_array))
+    return TrainState(agent, opt_state, jnp.zeros((), jnp.int32))
+
+
+def make_update(backbone_name: str, cfg, sampler: SamplerConfig):
+    """`update(state, seed_key, data) -> (state, loss, metrics)`: one gradient step of the whole loss."""
+    backbone = get_backbone(backbone_name)
+    batch_fn = batch_fn_for(backbone_name)
+    opt = make_optimizer(cfg)
+
+    def update(state: TrainState, seed_key: PRNGKeyArray, data: Dataset):
+        k_rows, k_goals, k_loss = jax.random.split(jax.random.fold_in(seed_key, state.step), 3)
+        batch = batch_fn(k_goals, data, sample_rows(k_rows, data, sampler.batch_size), sampler, cfg)
+        (loss, metrics), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(state.agent, batch, k_loss, cfg)
+        # Target networks only enter the loss under stop_gradient: their gradients are zero, and Adam leaves
+        # zero-gradient leaves exactly unchanged; target_update then moves them.
+        updates, opt_state = opt.update(grads, state.opt_state, eqx.filter(state.agent, eqx.is_array))
+        agent = backbone.target_update(eqx.apply_updates(state.agent, updates), cfg)
+        return TrainState(agent, opt_state, state.step + 1), loss, metrics
+
+    return update
+
+
+def make_chunk(backbone_name: str, cfg, sampler: SamplerConfig, chunk_steps: int, max_traces: int | None = None):
+    """The jitted, seed-vmapped chunk: `(states, seed_keys, data) -> (states, summary)`.
+
+    `summary` holds per seed the chunk means of the loss and every metric, and for each step whether the loss
+    and each metric were finite (to name the first step and term that went non-finite). `max_traces` guards
+    against retracing (`eqx.debug.assert_max_traces`).
+    """
+    update = make_update(backbone_name, cfg, sampler)
+
+    def one_seed(state: TrainState, seed_key: PRNGKeyArray, data: Dataset):
+        def body(st, _):
+            st, loss, metrics = update(st, seed_key, data)
+            metrics = {"loss": loss, **metrics}
+            finite = jnp.stack([jnp.isfinite(v).all() for v in metrics.values()])
+            return st, (metrics, finite)
+
+        state, (metrics, finite) = jax.lax.scan(body, state, None, length=chunk_steps)
+        return state, {"mean": jax.tree.map(jnp.mean, metrics), "finite": finite}
+
+    chunk = eqx.filter_vmap(one_seed, in_axes=(0, 0, None))
+    if max_traces is not None:
+        chunk = eqx.debug.assert_max_traces(chunk, max_traces=max_traces)
+    return eqx.filter_jit(chunk)
+
+
+def metric_names(backbone_name: str, cfg, sampler: SamplerConfig, obs_dim: int, action_dim: int) -> list[str]:
+    """Names of the summary's metrics in the order of its `finite` columns."""
+    update = make_update(backbone_name, cfg, sampler)
+    state = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone_name, obs_dim, action_dim, cfg)
+    data = jax.eval_shape(lambda: _dummy_dataset(obs_dim, action_dim))
+    _, _, metrics = eqx.filter_eval_shape(update, state, jax.random.key(0), data)
+    return ["loss", *metrics.keys()]
+
+
+def _dummy_dataset(obs_dim: int, action_dim: int) -> Dataset:
+    return Dataset.from_arrays(
+        np.zeros((4, obs_dim), np.float32), np.zeros((4, action_dim), np.float32), np.array([0, 1, 0, 1], bool)
+    )
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+
+
+def config_dict(cfg) -> dict:
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("ttt", "jax", "jaxlib", "equinox", "optax", "ogbench", "mujoco", "numpy"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "missing"
+    return out
+
+
+def dataset_hash(data: Dataset) -> str:
+    h = hashlib.sha256()
+    for name in ("observations", "actions", "ep_end"):
+        a = np.asarray(getattr(data, name))
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_checkpoint(out: Path, states: TrainState, meta: dict) -> Path:
+    """Write `state-<step>.eqx` (Equinox serialised leaves) then `meta.json` pointing at it, both atomically.
+
+    A crash at any moment leaves `meta.json` naming a complete state file (the previous one or the new one).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    step = int(np.asarray(states.step).reshape(-1)[0])
+    name = f"state-{step:09d}.eqx"
+    _atomic_write(out / name, lambda f: eqx.tree_serialise_leaves(f, states))
+    meta = {
+        **meta,
+        "format": CKPT_FORMAT,
+        "step": step,
+        "state_file": name,
+        "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    _atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=1)), mode="w")
+    for old in out.glob("state-*.eqx"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+    return out / name
+
+
+def read_meta(out: str | os.PathLike) -> dict:
+    path = Path(out) / "meta.json"
+    if not path.exists():
+        raise TttError(f"{Path(out)}: no checkpoint here (no meta.json); pre-train one with `ttt pretrain`")
+    try:
+        meta = json.loads(path.read_text())
+    except ValueError as e:
+        raise TttError(f"{path}: unreadable checkpoint metadata: {e}") from None
+    for k in ("agent", "backbone", "config", "dataset", "dataset_hash", "obs_dim", "action_dim", "seeds", "state_file"):
+        if k not in meta:
+            raise TttError(f"{path}: checkpoint metadata lacks '{k}'")
+    return meta
+
+
+def backbone_config(meta: dict):
+    """Rebuild the backbone Config saved in a checkpoint's metadata."""
+    backbone = get_backbone(meta["backbone"])
+    cfg = meta["config"]
+    return backbone.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})
+
+
+def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[TrainState, dict]:
+    """The seed-stacked TrainState and metadata of a checkpoint directory."""
+    out = Path(out)
+    meta = read_meta(out) if meta is None else meta
+    cfg = backbone_config(meta)
+    keys = jax.random.split(jax.random.key(0), meta["seeds"])
+    template = eqx.filter_vmap(lambda k: init_state(k, meta["backbone"], meta["obs_dim"], meta["action_dim"], cfg))(
+        keys
+    )
+    path = out / meta["state_file"]
+    try:
+        with open(path, "rb") as f:
+            states = eqx.tree_deserialise_leaves(f, template)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise TttError(f"{path}: cannot read checkpoint state: {e}") from None
+    return states, meta
+
+
+def check_compatible(meta: dict, dataset: str, data: Dataset, where: str) -> None:
+    """Refuse a checkpoint trained on another dataset or observation size, naming both."""
+    if meta["obs_dim"] != data.obs_dim or meta["action_dim"] != data.action_dim:
+        raise TttError(
+            f"{where}: checkpoint has observation size {meta['obs_dim']} and action size "
+            f"{meta['action_dim']} ({meta['dataset']}), but {dataset} has {data.obs_dim} and {data.action_dim}"
+        )
+    if meta["dataset"] != dataset:
+        raise TttError(f"{where}: checkpoint was trained on {meta['dataset']}, not {dataset}")
+    if meta["dataset_hash"] != dataset_hash(data):
+        raise TttError(
+            f"{where}: checkpoint was trained on a different copy of {dataset} (content hash "
+            f"{meta['dataset_hash']} vs {dataset_hash(data)}); regenerate with the same seed or retrain"
+        )
+
+
+# --------------------------------------------------------------------------------------------------- driver
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainResult:
+    states: TrainState
+    meta: dict
+    steps_per_s: float  # updates per second per seed, excluding the first (compiling) chunk
+    history: list[dict]
+
+
+def pretrain(
+    agent: str,
+    dataset: str,
+    data: Dataset,
+    cfg,
+    sampler: SamplerConfig,
+    steps: int,
+    seeds: int,
+    out: str | os.PathLike,
+    chunk_steps: int = 1000,
+    seed: int = 0,
+    profile: str = "custom",
+    progress: Callable[[int, int, dict, float], None] | None = None,
+) -> PretrainResult:
+    """Train `seeds` seeds for `steps` updates, resuming from `out` when it holds a matching checkpoint."""
+    from ttt.presets import get_agent
+
+    backbone_name = get_agent(agent).backbone
+    if steps < 1 or seeds < 1 or chunk_steps < 1:
+        raise TttError(f"steps, seeds and chunk size must be >= 1, got {steps}, {seeds}, {chunk_steps}")
+    out = Path(out)
+    meta = dict(
+        agent=agent,
+        backbone=backbone_name,
+        config=config_dict(cfg),
+        sampler=config_dict(sampler),
+        dataset=dataset,
+        dataset_hash=dataset_hash(data),
+        obs_dim=data.obs_dim,
+        action_dim=data.action_dim,
+        seeds=seeds,
+        seed=seed,
+        profile=profile,
+        versions=package_versions(),
+    )
+    seed_keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(seeds))
+    if (out / "meta.json").exists():
+        old = read_meta(out)
+        for k in ("agent", "config", "sampler", "seeds", "seed"):
+            if old[k] != meta[k]:
+                raise TttError(
+                    f"{out}: holds a checkpoint with another {k} ({old[k]} vs {meta[k]}); "
+                    "use another --out or delete it"
+                )
+        check_compatible(old, dataset, data, str(out))
+        states, _ = load_checkpoint(out, old)
+    else:
+        init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys)
+        states = eqx.filter_vmap(lambda k: init_state(k, backbone_name, data.obs_dim, data.action_dim, cfg))(init_keys)
+        out.mkdir(parents=True, exist_ok=True)
+    names = metric_names(backbone_name, cfg, sampler, data.obs_dim, data.action_dim)
+    done = int(np.asarray(states.step)[0])
+    history: list[dict] = []
+    chunk_fns: dict[int, Callable] = {}
+    rate_steps, rate_time = 0, 0.0
+    first = True
+    while done < steps:
+        n = min(chunk_steps, steps - done)
+        fn = chunk_fns.setdefault(n, make_chunk(backbone_name, cfg, sampler, n))
+        t0 = time.perf_counter()
+        new_states, summary = fn(states, seed_keys, data)
+        finite = np.asarray(summary["finite"])  # (seeds, n, terms)
+        dt = time.perf_counter() - t0
+        if not finite.all():
+            s, t, j = (int(x[0]) for x in np.nonzero(~finite))
+            bad_step = done + t + 1
+            raise TttError(
+                f"non-finite {names[j]} at step {bad_step} (seed {s}); stopped, the last good "
+                f"checkpoint (step {done}) is kept in {out}"
+            )
+        states, done = new_states, done + n
+        means = {k: float(np.mean(v)) for k, v in summary["mean"].items()}
+        history.append({"step": done, **means})
+        if not first:
+            rate_steps, rate_time = rate_steps + n, rate_time + dt
+        first = False
+        save_checkpoint(out, states, meta)
+        if progress:
+            progress(done, steps, means, rate_steps / rate_time if rate_time else n / dt)
+    _, meta = states, read_meta(out) if (out / "meta.json").exists() else meta
+    return PretrainResult(states, meta, rate_steps / rate_time if rate_time else float("nan"), history)
