@@ -233,14 +233,15 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
 @click.option("--dir", "directory", type=str, default=None, help="Dataset directory (default: OGBench's).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Evaluation seed (start/goal noise).")
 @click.option("--json", "json_out", type=str, default=None, help="Write per-episode results to this JSON file.")
-def eval_cmd(checkpoint, episodes, tasks, directory, seed, json_out):
+@click.option("--dataset", type=str, default=None, help="Dataset to evaluate on (default: the checkpoint's).")
+def eval_cmd(checkpoint, episodes, tasks, directory, seed, json_out, dataset):
     """Evaluate a checkpoint without TTT (base) on OGBench's CPU environment: success per task and seed."""
     import json
 
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.evaluate import evaluate_base
-    from ttt.pretrain import check_compatible, load_checkpoint, read_meta
+    from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta
 
     meta = read_meta(checkpoint)
     try:
@@ -249,9 +250,11 @@ def eval_cmd(checkpoint, episodes, tasks, directory, seed, json_out):
         raise TttError(f"--tasks must be comma-separated integers, got '{tasks}'") from None
     if episodes < 1:
         raise TttError(f"--episodes must be >= 1, got {episodes}")
-    spec = get_spec(meta["dataset"])
-    data = load(meta["dataset"], directory)
-    check_compatible(meta, meta["dataset"], data, checkpoint)
+    dataset = meta["dataset"] if dataset is None else dataset
+    spec = get_spec(dataset)
+    check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, checkpoint)
+    data = load(dataset, directory)
+    check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
     states, meta = load_checkpoint(checkpoint, meta)
     with _EpisodeBar(f"eval {meta['agent']}", unit="steps") as bar:
         res = evaluate_base(

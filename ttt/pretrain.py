@@ -224,19 +224,23 @@ def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[T
     return states, meta
 
 
-def check_compatible(meta: dict, dataset: str, data: Dataset, where: str) -> None:
-    """Refuse a checkpoint trained on another dataset or observation size, naming both."""
-    if meta["obs_dim"] != data.obs_dim or meta["action_dim"] != data.action_dim:
+def check_compatible(meta: dict, dataset: str, obs_dim: int, action_dim: int, where: str, data_hash: str | None = None):
+    """Refuse a checkpoint trained on another dataset or observation size, naming both.
+
+    Sizes come first (known from the dataset's spec before anything loads); `data_hash`, when given, must match
+    the content hash of the data the checkpoint was trained on.
+    """
+    if meta["obs_dim"] != obs_dim or meta["action_dim"] != action_dim:
         raise TttError(
-            f"{where}: checkpoint has observation size {meta['obs_dim']} and action size "
-            f"{meta['action_dim']} ({meta['dataset']}), but {dataset} has {data.obs_dim} and {data.action_dim}"
+            f"{where}: checkpoint was trained on {meta['dataset']} (observation size {meta['obs_dim']}, action "
+            f"size {meta['action_dim']}), but {dataset} has observation size {obs_dim} and action size {action_dim}"
         )
     if meta["dataset"] != dataset:
-        raise TttError(f"{where}: checkpoint was trained on {meta['dataset']}, not {dataset}")
-    if meta["dataset_hash"] != dataset_hash(data):
+        raise TttError(f"{where}: checkpoint was trained on {meta['dataset']}, not on {dataset}")
+    if data_hash is not None and meta["dataset_hash"] != data_hash:
         raise TttError(
             f"{where}: checkpoint was trained on a different copy of {dataset} (content hash "
-            f"{meta['dataset_hash']} vs {dataset_hash(data)}); regenerate with the same seed or retrain"
+            f"{meta['dataset_hash']} vs {data_hash}); regenerate it with the same seed or retrain"
         )
 
 
@@ -295,7 +299,7 @@ def pretrain(
                     f"{out}: holds a checkpoint with another {k} ({old[k]} vs {meta[k]}); "
                     "use another --out or delete it"
                 )
-        check_compatible(old, dataset, data, str(out))
+        check_compatible(old, dataset, data.obs_dim, data.action_dim, str(out), dataset_hash(data))
         states, _ = load_checkpoint(out, old)
     else:
         init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys)

@@ -1,0 +1,93 @@
+"""`ttt pretrain` and `ttt eval` end to end on a tiny dataset, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ttt.cli import main
+from ttt.data import generate as gen
+
+STITCH = "pointmaze-medium-stitch-v0"
+TINY = ["--set", "actor_hidden_dims=[8,8]", "--set", "value_hidden_dims=[8,8]", "--set", "batch_size=8"]
+
+
+def run(argv, capsys):
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def one_line_error(err: str) -> str:
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    gen.generate(STITCH, episodes=4, seed=0, directory=d, workers=1)
+    ck = d / "ck"
+    rc = main(["pretrain", "--dataset", STITCH, "--agent", "gcbc", "--steps", "4", "--chunk", "2", "--seeds", "2",
+               "--out", str(ck), "--dir", str(d), *TINY])
+    assert rc == 0
+    return d, ck
+
+
+def test_pretrain_then_eval(trained, capsys):
+    d, ck = trained
+    meta = json.loads((ck / "meta.json").read_text())
+    assert meta["step"] == 4 and meta["seeds"] == 2 and meta["agent"] == "gcbc" and meta["profile"] == "cpu"
+    assert meta["config"]["actor_hidden_dims"] == [8, 8] and meta["config"]["with_critic"] is True
+    rc, out, err = run(["eval", str(ck), "--episodes", "1", "--tasks", "2", "--dir", str(d), "--json",
+                        str(d / "eval.json")], capsys)
+    assert rc == 0, err
+    assert "2 seeds x 1 tasks x 1 episodes" in out
+    doc = json.loads((d / "eval.json").read_text())
+    assert np.array(doc["success"]).shape == (2, 1, 1) and doc["tasks"] == [2]
+    # A rerun with more steps resumes from step 4.
+    rc, out, err = run(["pretrain", "--dataset", STITCH, "--agent", "gcbc", "--steps", "6", "--chunk", "2",
+                        "--seeds", "2", "--out", str(ck), "--dir", str(d), *TINY], capsys)
+    assert rc == 0, err
+    assert json.loads((ck / "meta.json").read_text())["step"] == 6
+
+
+def test_unknown_agent_and_profile_list_valid_ones(capsys):
+    rc, _, err = run(["pretrain", "--dataset", STITCH, "--agent", "ppo", "--out", "x"], capsys)
+    line = one_line_error(err)
+    assert rc == 2 and "unknown agent 'ppo'" in line and "gcbc, gciql, gciql-awr, saw, qrl" in line
+    rc, _, err = run(["pretrain", "--dataset", STITCH, "--agent", "gcbc", "--profile", "tpu", "--out", "x"], capsys)
+    line = one_line_error(err)
+    assert rc == 2 and "unknown profile 'tpu'" in line and "paper" in line and "cpu" in line
+
+
+def test_unknown_config_key_lists_valid_ones(capsys):
+    rc, _, err = run(["pretrain", "--dataset", STITCH, "--agent", "gciql", "--out", "x", "--set", "lr_max=1"],
+                     capsys)
+    line = one_line_error(err)
+    assert rc == 2 and "unknown gciql config key(s) lr_max" in line and "expectile" in line
+
+
+def test_checkpoint_of_another_dataset_is_refused(trained, capsys):
+    d, ck = trained
+    rc, _, err = run(["eval", str(ck), "--dataset", "cube-single-play-v0", "--dir", str(d)], capsys)
+    line = one_line_error(err)
+    assert rc == 2 and STITCH in line and "cube-single-play-v0" in line and "observation size 2" in line
+    assert "observation size 28" in line
+    rc, _, err = run(["eval", str(ck), "--dataset", "pointmaze-medium-navigate-v0", "--dir", str(d)], capsys)
+    line = one_line_error(err)
+    assert rc == 2 and f"trained on {STITCH}, not on pointmaze-medium-navigate-v0" in line
+    # Resuming into a checkpoint of another dataset names both too.
+    gen.generate("pointmaze-large-stitch-v0", episodes=1, seed=0, directory=d, workers=1)
+    rc, _, err = run(["pretrain", "--dataset", "pointmaze-large-stitch-v0", "--agent", "gcbc", "--steps", "6",
+                      "--chunk", "2", "--seeds", "2", "--out", str(ck), "--dir", str(d), *TINY], capsys)
+    line = one_line_error(err)
+    assert rc == 2 and f"trained on {STITCH}, not on pointmaze-large-stitch-v0" in line
+
+
+def test_missing_checkpoint(tmp_path, capsys):
+    rc, _, err = run(["eval", str(tmp_path)], capsys)
+    assert rc == 2 and "no checkpoint here" in one_line_error(err)
