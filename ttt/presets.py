@@ -15,7 +15,8 @@ goals to half trajectory, half random for every agent but GC-BC (`impls/hyperpar
 Profiles:
 
 - `paper`: OGBench defaults: 512x3 MLPs, batch 1024, 1,000,000 steps (for a GPU).
-- `cpu`: 256x2 MLPs, batch 256, 50,000 steps: what fits a 2-core CPU in minutes per seed batch.
+- `cpu`: 256x2 MLPs, batch 256, 10,000 steps, QRL latent 128 (instead of 512): what fits a 2-core CPU, where
+  one seed-vmapped update of 3 seeds takes about 20 ms (GC-BC) to 100 ms (SAW); see benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -36,11 +37,22 @@ class Profile:
     batch_size: int
     steps: int
     description: str
+    backbone_overrides: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+    def overrides_for(self, backbone: str) -> dict[str, Any]:
+        return dict(dict(self.backbone_overrides).get(backbone, ()))
 
 
 PROFILES: dict[str, Profile] = {
     "paper": Profile("paper", (512, 512, 512), 1024, 1_000_000, "OGBench defaults: 512x3 MLPs, batch 1024, 1M steps"),
-    "cpu": Profile("cpu", (256, 256), 256, 50_000, "256x2 MLPs, batch 256, 50k steps (fits a 2-core CPU)"),
+    "cpu": Profile(
+        "cpu",
+        (256, 256),
+        256,
+        10_000,
+        "256x2 MLPs, batch 256, 10k steps, QRL latent 128 (fits a 2-core CPU)",
+        backbone_overrides=(("qrl", (("latent_dim", 128),)),),
+    ),
 }
 
 
@@ -95,6 +107,7 @@ def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[st
     for k in ("actor_hidden_dims", "value_hidden_dims"):
         if k in fields:
             values[k] = prof.hidden_dims
+    values.update(prof.overrides_for(preset.backbone))
     values.update(dict(preset.overrides))
     if preset.name != "gciql-awr":
         values.update(FAMILY_OVERRIDES.get((preset.backbone, spec.family), {}))

@@ -331,8 +331,9 @@ def pretrain(
         if not first:
             rate_steps, rate_time = rate_steps + n, rate_time + dt
         first = False
-        save_checkpoint(out, states, meta)
+        rate = rate_steps / rate_time if rate_time else n / dt
+        save_checkpoint(out, states, {**meta, "updates_per_s": rate})
         if progress:
-            progress(done, steps, means, rate_steps / rate_time if rate_time else n / dt)
-    _, meta = states, read_meta(out) if (out / "meta.json").exists() else meta
+            progress(done, steps, means, rate)
+    meta = read_meta(out) if (out / "meta.json").exists() else meta
     return PretrainResult(states, meta, rate_steps / rate_time if rate_time else float("nan"), history)

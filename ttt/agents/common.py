@@ -102,3 +102,36 @@ def ddpgbc_q_loss(q: Float[Array, " batch"]) -> Float[Array, ""]:
 def awr_weights(adv: Float[Array, " batch"], alpha: float) -> Float[Array, " batch"]:
     """``min(exp(alpha * adv), 100)``."""
     return jnp.minimum(jnp.exp(adv * alpha), 100.0)
+
+
+def ddpgbc_actor_loss(
+    q_fn: Callable[[Float[Array, "batch act"]], Float[Array, " batch"]],
+    mean: Float[Array, "batch act"],
+    std: Float[Array, "batch act"],
+    actions: Float[Array, "batch act"],
+    log_prob: Float[Array, " batch"],
+    key: PRNGKeyArray,
+    alpha: float,
+    const_std: bool,
+) -> tuple[Float[Array, ""], dict[str, Float[Array, ""]]]:
+    """DDPG+BC: ``-mean(Q(s, g, a_pi)) / sg(mean|Q|) - alpha * mean(log pi(a | s, g))``.
+
+    ``a_pi`` is the clipped mean (``const_std``) or a clipped reparameterised sample; ``q_fn`` maps it to Q
+    (the critic under stop-gradient, so the gradient reaches the actor only through ``a_pi``).
+    """
+    if const_std:
+        q_actions = jnp.clip(mean, -1.0, 1.0)
+    else:
+        q_actions = jnp.clip(mean + std * jax.random.normal(key, mean.shape, mean.dtype), -1.0, 1.0)
+    q = q_fn(q_actions)
+    q_loss = ddpgbc_q_loss(q)
+    bc_loss = -(alpha * log_prob).mean()
+    loss = q_loss + bc_loss
+    return loss, {
+        "actor_loss": loss,
+        "q_loss": q_loss,
+        "bc_loss": bc_loss,
+        "q_mean": q.mean(),
+        "q_abs_mean": jnp.abs(q).mean(),
+        **actor_metrics(mean, std, actions, log_prob),
+    }

@@ -26,7 +26,7 @@ from ttt.agents.common import (
     actor_metrics,
     awr_weights,
     check_actor_loss,
-    ddpgbc_q_loss,
+    ddpgbc_actor_loss,
     expectile_loss,
     polyak,
     prefixed,
@@ -113,23 +113,12 @@ def actor_loss(
         adv = jnp.minimum(q1, q2) - v
         loss = -(awr_weights(adv, cfg.alpha) * log_prob).mean()
         return loss, {"actor_loss": loss, "adv": adv.mean(), **actor_metrics(mean, std, batch.actions, log_prob)}
-    if cfg.const_std:
-        q_actions = jnp.clip(mean, -1.0, 1.0)
-    else:
-        q_actions = jnp.clip(mean + std * jax.random.normal(key, mean.shape, mean.dtype), -1.0, 1.0)
-    q1, q2 = critic(obs, goals, q_actions)
-    q = jnp.minimum(q1, q2)
-    q_loss = ddpgbc_q_loss(q)
-    bc_loss = -(cfg.alpha * log_prob).mean()
-    loss = q_loss + bc_loss
-    return loss, {
-        "actor_loss": loss,
-        "q_loss": q_loss,
-        "bc_loss": bc_loss,
-        "q_mean": q.mean(),
-        "q_abs_mean": jnp.abs(q).mean(),
-        **actor_metrics(mean, std, batch.actions, log_prob),
-    }
+
+    def q_fn(q_actions):
+        q1, q2 = critic(obs, goals, q_actions)
+        return jnp.minimum(q1, q2)
+
+    return ddpgbc_actor_loss(q_fn, mean, std, batch.actions, log_prob, key, cfg.alpha, cfg.const_std)
 
 
 def loss(

@@ -28,7 +28,7 @@ from ttt.agents.common import (
     actor_metrics,
     awr_weights,
     check_actor_loss,
-    ddpgbc_q_loss,
+    ddpgbc_actor_loss,
     prefixed,
     tuple_field,
 )
@@ -154,24 +154,13 @@ def actor_loss(
         adv = qv(obs, goals) - qv(batch.next_observations, goals)
         loss = -(awr_weights(adv, cfg.alpha) * log_prob).mean()
         return loss, {"actor_loss": loss, "adv": adv.mean(), **actor_metrics(mean, std, batch.actions, log_prob)}
-    if cfg.const_std:
-        q_actions = jnp.clip(mean, -1.0, 1.0)
-    else:
-        q_actions = jnp.clip(mean + std * jax.random.normal(key, mean.shape, mean.dtype), -1.0, 1.0)
     z, z_goal = qv.encode(obs), qv.encode(goals)
-    z_pred = _predict_next(jax.lax.stop_gradient(agent.dynamics), z, q_actions)
-    q = -qv.latent_distance(z_pred, z_goal)
-    q_loss = ddpgbc_q_loss(q)
-    bc_loss = -(cfg.alpha * log_prob).mean()
-    loss = q_loss + bc_loss
-    return loss, {
-        "actor_loss": loss,
-        "q_loss": q_loss,
-        "bc_loss": bc_loss,
-        "q_mean": q.mean(),
-        "q_abs_mean": jnp.abs(q).mean(),
-        **actor_metrics(mean, std, batch.actions, log_prob),
-    }
+    dynamics = jax.lax.stop_gradient(agent.dynamics)
+
+    def q_fn(q_actions):
+        return -qv.latent_distance(_predict_next(dynamics, z, q_actions), z_goal)
+
+    return ddpgbc_actor_loss(q_fn, mean, std, batch.actions, log_prob, key, cfg.alpha, cfg.const_std)
 
 
 def loss(
