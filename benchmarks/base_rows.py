@@ -19,13 +19,19 @@ import sys
 import time
 from pathlib import Path
 
-PAPER_BASE = {  # GC-TTT paper, base rows (navigate / stitch) quoted in the backbones issue
+# GC-TTT paper, base rows for pointmaze "expert" (navigate) / "play" (stitch): Table 1 (5 seeds) for GC-BC,
+# GC-IQL-DDPG and SAW; Table 2 (3 seeds) for GC-IQL-AWR; the QRL table of the appendix.
+PAPER_BASE = {
     ("gcbc", "pointmaze-medium-navigate-v0"): 0.05,
     ("gcbc", "pointmaze-medium-stitch-v0"): 0.30,
     ("gciql", "pointmaze-medium-navigate-v0"): 0.50,
     ("gciql", "pointmaze-medium-stitch-v0"): 0.21,
     ("saw", "pointmaze-medium-navigate-v0"): 0.96,
     ("saw", "pointmaze-medium-stitch-v0"): 0.84,
+    ("gciql-awr", "pointmaze-medium-navigate-v0"): 0.16,
+    ("gciql-awr", "pointmaze-medium-stitch-v0"): 0.31,
+    ("qrl", "pointmaze-medium-navigate-v0"): 0.91,
+    ("qrl", "pointmaze-medium-stitch-v0"): 0.72,
 }
 
 
