@@ -1,0 +1,334 @@
+"""GC-TTT's selection of relevant, optimal sub-trajectories, as pure fixed-shape JAX transforms (DESIGN.md §2).
+
+Once per evaluation episode (goal g*), `precompute` builds `GoalTables`: rewards, sub-trajectory ends, return
+estimates and eligible starts, with O(|D|) within-episode reverse scans. Every round (current state s),
+`relevance` marks eligible rows near s, `select` keeps the `ceil(q * n_rel)` relevant rows with the highest
+return (ties broken at random), `train_weights` counts the selected sub-trajectories covering each row, and
+`sample_ttt_rows` draws training rows from those counts. `select_round` composes one round.
+
+Shapes never depend on data (masks, ranks over masked scores, cumulative-sum + `searchsorted` sampling; no
+boolean indexing), so everything jits once per (config, shapes) and vmaps over goals, states and keys. The
+`Dataset` is always an argument, never closed over; the config is static (hashable).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from typing import Literal
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, Key, Real
+
+from ttt.data.dataset import Dataset
+from ttt.data.sampler import sample_rows
+
+Mode = Literal["critic", "mc", "fixed"]
+RelevanceKind = Literal["distance", "value"]
+_MODES = ("critic", "mc", "fixed")
+_RELEVANCES = ("distance", "value")
+_Q_MAX_DENOMINATOR = 10_000
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectConfig:
+    """Static selection configuration (DESIGN.md §2).
+
+    - `q`: fraction of relevant sub-trajectories KEPT, in (0, 1] (paper: 0.05). It is used as the nearest
+      fraction with denominator <= 10,000, so `ceil(q * n_rel)` is exact integer arithmetic (0.07 * 100 -> 7).
+    - `eps_rel`: distance-relevance radius (`d(s, s_j) < eps_rel`); None: the environment's goal threshold.
+    - `h_min`: critic mode's shortest sub-trajectory; rows with `j + h_min > ep_end[j]` are not eligible.
+    - `mode`: sub-trajectory ends: 'critic' (argmax V over `[j + h_min, ep_end]`), 'mc' (first arrival within
+      eps, critic-free), 'fixed' (`min(j + H - 1, ep_end)`; returns use the critic formula when values are
+      given, else the Monte-Carlo rule with the arrival searched inside the span).
+    - `H`: the fixed span length (rows, >= 2), only with mode='fixed'.
+    - `gamma`: discount in [0, 1). `mix`: fraction of each TTT batch drawn uniformly from the dataset, [0, 1].
+    - `noise_alpha`: value-noise scale, `G += N(0, (alpha * mean|G over relevant|)^2)`, >= 0.
+    - `relevance`: 'distance' or 'value' (`V(s | s_j) > c_rel`; `c_rel` required then).
+    """
+
+    q: float = 0.05
+    eps_rel: float | None = None
+    h_min: int = 10
+    mode: Mode = "critic"
+    H: int | None = None
+    gamma: float = 0.99
+    mix: float = 0.0
+    noise_alpha: float = 0.0
+    relevance: RelevanceKind = "distance"
+    c_rel: float | None = None
+
+    def __post_init__(self):
+        if not (_is_real(self.q) and 0.0 < self.q <= 1.0):
+            raise ValueError(
+                f"SelectConfig.q (fraction of relevant sub-trajectories kept) must be in (0, 1], got {self.q!r}"
+            )
+        if self.eps_rel is not None and not (_is_real(self.eps_rel) and self.eps_rel > 0):
+            raise ValueError(f"SelectConfig.eps_rel must be > 0 (or None for the goal threshold), got {self.eps_rel!r}")
+        if not (_is_int(self.h_min) and self.h_min >= 1):
+            raise ValueError(f"SelectConfig.h_min must be an int >= 1, got {self.h_min!r}")
+        if self.mode not in _MODES:
+            raise ValueError(f"SelectConfig.mode must be one of {', '.join(_MODES)}, got {self.mode!r}")
+        if self.mode == "fixed":
+            if not (_is_int(self.H) and self.H >= 2):
+                raise ValueError(f"SelectConfig.H must be an int >= 2 with mode='fixed', got {self.H!r}")
+        elif self.H is not None:
+            raise ValueError(f"SelectConfig.H is only used with mode='fixed', got H={self.H!r} with mode={self.mode!r}")
+        if not (_is_real(self.gamma) and 0.0 <= self.gamma < 1.0):
+            raise ValueError(f"SelectConfig.gamma must be in [0, 1), got {self.gamma!r}")
+        if not (_is_real(self.mix) and 0.0 <= self.mix <= 1.0):
+            raise ValueError(f"SelectConfig.mix must be in [0, 1], got {self.mix!r}")
+        if not (_is_real(self.noise_alpha) and self.noise_alpha >= 0.0):
+            raise ValueError(f"SelectConfig.noise_alpha must be >= 0, got {self.noise_alpha!r}")
+        if self.relevance not in _RELEVANCES:
+            raise ValueError(f"SelectConfig.relevance must be one of {', '.join(_RELEVANCES)}, got {self.relevance!r}")
+        if self.relevance == "value" and not _is_real(self.c_rel):
+            raise ValueError(f"SelectConfig.c_rel must be a finite number with relevance='value', got {self.c_rel!r}")
+
+
+class GoalTables(eqx.Module):
+    """Per-goal quantities over all dataset rows, computed once per evaluation episode.
+
+    `ends[j]`: last row `e_j` of the sub-trajectory starting at `j` (`j <= e_j <= ep_end[j]`); `returns[j]`:
+    its return estimate `G_j`; `eligible[j]`: whether `j` may start a sub-trajectory; `reaches[j]`: whether
+    some row of `[j, e_j]` lies within eps of the goal.
+    """
+
+    rewards: Float[Array, " rows"]
+    ends: Int[Array, " rows"]
+    returns: Float[Array, " rows"]
+    eligible: Bool[Array, " rows"]
+    reaches: Bool[Array, " rows"]
+
+
+class Selection(eqx.Module):
+    """One round's selection: the kept rows, the score of the worst kept row (C; NaN if none) and the counts."""
+
+    mask: Bool[Array, " rows"]
+    threshold: Float[Array, ""]
+    n_rel: Int[Array, ""]
+    n_selected: Int[Array, ""]
+
+
+def _goal_distance(data: Dataset, xy: Float[Array, " goal"]) -> Float[Array, " rows"]:
+    return jnp.sqrt(jnp.sum(jnp.square(data.goals - xy), axis=-1))
+
+
+def _suffix_argmax(values: Float[Array, " rows"], is_last: Bool[Array, " rows"]) -> Int[Array, " rows"]:
+    """`out[i] = argmax_{e in [i, ep_end[i]]} values[e]`, ties -> earliest row (reverse segmented scan)."""
+    rows = jnp.arange(values.shape[0], dtype=jnp.int32)
+
+    # associative_scan(reverse=True) calls combine(later, earlier): `later` folds a block of higher rows,
+    # `earlier` the adjacent block of lower rows. A block holding an episode's last row starts a new segment.
+    def combine(later, earlier):
+        f_l, v_l, i_l = later
+        f_e, v_e, i_e = earlier
+        take_later = (v_l > v_e) & ~f_e  # ties keep the earlier (lower) row
+        return f_l | f_e, jnp.where(take_later, v_l, v_e), jnp.where(take_later, i_l, i_e)
+
+    _, _, idx = jax.lax.associative_scan(combine, (is_last, values, rows), reverse=True)
+    return idx
+
+
+def _discounted_suffix_sum(
+    rewards: Float[Array, " rows"], is_last: Bool[Array, " rows"], gamma: float
+) -> Float[Array, " rows"]:
+    """`S_j = sum_{t=j}^{ep_end[j]} gamma^{t-j} R_t`: the recurrence `S_j = R_j + gamma S_{j+1}` (reset at episode
+    ends) as a reverse scan over affine maps, so no `gamma^-j` factor appears."""
+    a = jnp.where(is_last, 0.0, jnp.float32(gamma))
+
+    def combine(later, earlier):
+        a_l, b_l = later
+        a_e, b_e = earlier
+        return a_e * a_l, b_e + a_e * b_l
+
+    _, s = jax.lax.associative_scan(combine, (a, rewards), reverse=True)
+    return s
+
+
+def precompute(
+    data: Dataset,
+    goal_xy: Float[Array, " goal"],
+    values: Float[Array, " rows"] | None,
+    cfg: SelectConfig,
+    goal_eps: float | Float[Array, ""],
+) -> GoalTables:
+    """Rewards, ends, returns and eligible starts for goal `goal_xy` (goal coordinates, like `data.goals`).
+
+    `values[j] = V(s_j | g*)` for every row; required with mode='critic', optional with 'fixed', unused by 'mc'.
+    `goal_eps` is the environment's success threshold. O(|D|); call once per goal.
+    """
+    n = data.n_rows
+    rows = jnp.arange(n, dtype=jnp.int32)
+    ep_end = data.ep_end.astype(jnp.int32)
+    is_last = rows == ep_end
+    hit = _goal_distance(data, goal_xy) <= goal_eps
+    rewards = jnp.where(hit, 0.0, -1.0).astype(jnp.float32)
+    # First row at or after j within eps of g* (n if none); it lies in j's episode iff it is <= ep_end[j].
+    first_hit = jax.lax.cummin(jnp.where(hit, rows, n), reverse=True)
+
+    if cfg.mode == "critic":
+        if values is None:
+            raise ValueError("precompute: mode='critic' needs values (V(s_j | g*) for every row)")
+        values = jnp.asarray(values, jnp.float32)
+        best = _suffix_argmax(values, is_last)
+        ends = best[jnp.minimum(rows + cfg.h_min, ep_end)]  # clipped start: ineligible rows still end in-episode
+    elif cfg.mode == "mc":
+        ends = jnp.minimum(first_hit, ep_end)
+    else:
+        ends = jnp.minimum(rows + (cfg.H - 1), ep_end)
+    reaches = first_hit <= ends
+
+    gamma = jnp.float32(cfg.gamma)
+    if cfg.mode == "critic" or (cfg.mode == "fixed" and values is not None):
+        values = jnp.asarray(values, jnp.float32)
+        s = _discounted_suffix_sum(rewards, is_last, cfg.gamma)
+        gk = jnp.power(gamma, (ends - rows).astype(jnp.float32))  # gamma^(H_j - 1)
+        returns = s - gk * s[ends] + gk * values[ends]
+    else:
+        k = jnp.where(reaches, first_hit - rows, 0).astype(jnp.float32)
+        returns = jnp.where(reaches, -(1.0 - jnp.power(gamma, k)) / (1.0 - gamma), -1.0 / (1.0 - gamma))
+
+    eligible = data.valid & (ends > rows)
+    if cfg.mode == "critic":
+        eligible = eligible & (rows + cfg.h_min <= ep_end)
+    return GoalTables(rewards=rewards, ends=ends, returns=returns, eligible=eligible, reaches=reaches)
+
+
+def relevance(
+    tables: GoalTables,
+    data: Dataset,
+    state_xy: Float[Array, " goal"],
+    cfg: SelectConfig,
+    goal_eps: float | Float[Array, ""],
+    row_values: Float[Array, " rows"] | None = None,
+) -> Bool[Array, " rows"]:
+    """Eligible rows relevant to the current state: `d(s, s_j) < eps_rel` (default `goal_eps`), or with
+    relevance='value', `row_values[j] = V(s | s_j) > c_rel`."""
+    if cfg.relevance == "distance":
+        eps_rel = goal_eps if cfg.eps_rel is None else cfg.eps_rel
+        near = _goal_distance(data, state_xy) < eps_rel
+    else:
+        if row_values is None:
+            raise ValueError("relevance: relevance='value' needs row_values (V(s | s_j) for every row)")
+        near = row_values > cfg.c_rel
+    return near & tables.eligible
+
+
+def n_keep(n_rel: Int[Array, ""] | int, q: float) -> Int[Array, ""]:
+    """`ceil(q * n_rel)` in exact integer arithmetic (q as its nearest fraction with denominator <= 10,000),
+    and at least 1 when `n_rel >= 1`."""
+    frac = Fraction(q).limit_denominator(_Q_MAX_DENOMINATOR)
+    num, den = frac.numerator, frac.denominator
+    n_rel = jnp.asarray(n_rel, jnp.int32)
+    k = (n_rel // den) * num + ((n_rel % den) * num + den - 1) // den  # no int32 overflow: (n % den) * num < 1e8
+    return jnp.maximum(k, jnp.minimum(n_rel, 1))
+
+
+def select(key: Key[Array, ""], tables: GoalTables, rel: Bool[Array, " rows"], cfg: SelectConfig) -> Selection:
+    """Keep exactly `ceil(q * n_rel)` relevant rows with the highest `G` (after optional value noise); ties are
+    broken uniformly at random with `key`. Rank-based: one lexicographic sort by (not relevant, -G, random)."""
+    k_noise, k_tie = jax.random.split(key)
+    n = rel.shape[0]
+    n_rel = jnp.sum(rel, dtype=jnp.int32)
+    scores = tables.returns
+    if cfg.noise_alpha > 0:
+        mean_abs = jnp.sum(jnp.where(rel, jnp.abs(scores), 0.0)) / jnp.maximum(n_rel, 1)
+        scores = scores + cfg.noise_alpha * mean_abs * jax.random.normal(k_noise, (n,), scores.dtype)
+    tie = jax.random.bits(k_tie, (n,), jnp.uint32)
+    order = jnp.lexsort((tie, -scores, ~rel))  # last key is primary: relevant rows first, best G first
+    rank = jnp.zeros(n, jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
+    k = n_keep(n_rel, cfg.q)
+    mask = rel & (rank < k)
+    threshold = jnp.where(k > 0, scores[order[jnp.maximum(k - 1, 0)]], jnp.nan)
+    return Selection(mask=mask, threshold=threshold, n_rel=n_rel, n_selected=k)
+
+
+def train_weights(tables: GoalTables, data: Dataset, selected: Bool[Array, " rows"]) -> Int[Array, " rows"]:
+    """Per-row count of selected sub-trajectories covering it (`j <= t < e_j`): difference array + cumsum."""
+    s = selected.astype(jnp.int32)
+    diff = jnp.concatenate([s, jnp.zeros(1, jnp.int32)]).at[tables.ends].add(-s)
+    return jnp.where(data.valid, jnp.cumsum(diff[:-1]), 0)
+
+
+def n_uniform(n: int, mix: float) -> int:
+    """How many of a TTT batch of `n` rows are drawn uniformly from the dataset: `round(mix * n)`, halves up."""
+    return int(math.floor(mix * n + 0.5))
+
+
+def _sample_weighted(key: Key[Array, ""], weights: Real[Array, " rows"], n: int) -> tuple[Int[Array, " n"], Array]:
+    """`n` rows with probability proportional to `weights` (cumsum + searchsorted) and the total weight."""
+    if jnp.issubdtype(weights.dtype, jnp.integer):
+        c = jnp.cumsum(weights.astype(jnp.int32))
+        total = c[-1]
+        u = jax.random.randint(key, (n,), 0, jnp.maximum(total, 1))
+        idx = jnp.searchsorted(c, u, side="right")
+    else:
+        w = jnp.maximum(weights.astype(jnp.float32), 0.0)
+        c = jnp.cumsum(w)
+        total = c[-1]
+        idx = jnp.searchsorted(c, jax.random.uniform(key, (n,)) * total, side="right")
+        last = jnp.max(jnp.where(w > 0, jnp.arange(w.shape[0]), 0))  # float round-up must not leave the support
+        idx = jnp.minimum(idx, last)
+    return jnp.minimum(idx, weights.shape[0] - 1).astype(jnp.int32), total
+
+
+def sample_ttt_rows(
+    key: Key[Array, ""], weights: Real[Array, " rows"], n: int, mix: float, data: Dataset
+) -> Int[Array, " n"]:
+    """`n` TTT training rows: the first `n - round(mix * n)` drawn from `weights`, the rest uniformly from the valid
+    rows. With all-zero weights (empty selection) the weighted part falls back to uniform valid rows."""
+    if not (_is_int(n) and n >= 1):
+        raise ValueError(f"sample_ttt_rows: n must be an int >= 1, got {n!r}")
+    if not (_is_real(mix) and 0.0 <= mix <= 1.0):
+        raise ValueError(f"sample_ttt_rows: mix must be in [0, 1], got {mix!r}")
+    n_mix = n_uniform(n, mix)
+    n_w = n - n_mix
+    k_w, k_fallback, k_mix = jax.random.split(key, 3)
+    parts = []
+    if n_w > 0:
+        weighted, total = _sample_weighted(k_w, weights, n_w)
+        parts.append(jnp.where(total > 0, weighted, sample_rows(k_fallback, data, n_w)))
+    if n_mix > 0:
+        parts.append(sample_rows(k_mix, data, n_mix))
+    return jnp.concatenate(parts).astype(jnp.int32)
+
+
+def select_round(
+    key: Key[Array, ""],
+    tables: GoalTables,
+    data: Dataset,
+    state_xy: Float[Array, " goal"],
+    cfg: SelectConfig,
+    goal_eps: float | Float[Array, ""],
+    row_values: Float[Array, " rows"] | None = None,
+) -> tuple[Int[Array, " rows"], dict[str, Array]]:
+    """One round: relevance -> top fraction -> training-row weights.
+
+    Metrics: `n_rel`, `n_selected`, `threshold` (C, the worst kept score; NaN when empty), `empty` (no relevant
+    row: the caller keeps the pre-trained agent), `n_train_rows` (rows with weight > 0), `reach_frac` (fraction
+    of kept sub-trajectories that reach the goal).
+    """
+    rel = relevance(tables, data, state_xy, cfg, goal_eps, row_values)
+    sel = select(key, tables, rel, cfg)
+    weights = train_weights(tables, data, sel.mask)
+    metrics = {
+        "n_rel": sel.n_rel,
+        "n_selected": sel.n_selected,
+        "threshold": sel.threshold,
+        "empty": sel.n_rel == 0,
+        "n_train_rows": jnp.sum(weights > 0, dtype=jnp.int32),
+        "reach_frac": jnp.sum(sel.mask & tables.reaches) / jnp.maximum(sel.n_selected, 1),
+    }
+    return weights, metrics
