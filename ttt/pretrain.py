@@ -28,7 +28,7 @@ from jaxtyping import Array, Int, PRNGKeyArray
 
 from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
-from ttt.data.sampler import SamplerConfig, make_batch, sample_rows
+from ttt.data.sampler import SamplerConfig, sample_rows
 from ttt.errors import TttError
 
 CKPT_FORMAT = 1
@@ -40,14 +40,6 @@ class TrainState(eqx.Module):
     agent: Any
     opt_state: Any
     step: Int[Array, ""]
-
-
-def batch_fn_for(backbone_name: str) -> Callable:
-    """`(key, data, idxs, sampler_cfg, cfg) -> batch` for a backbone (SAW adds waypoints)."""
-    import importlib
-
-    module = importlib.import_module(f"ttt.agents.{backbone_name}")
-    return getattr(module, "BATCH_FN", lambda key, data, idxs, scfg, cfg: make_batch(key, data, idxs, scfg))
 
 
 def make_optimizer(cfg) -> optax.GradientTransformation:
@@ -64,7 +56,7 @@ def init_state(key: PRNGKeyArray, backbone_name: str, obs_dim: int, action_dim: 
 def make_update(backbone_name: str, cfg, sampler: SamplerConfig):
     """`update(state, seed_key, data) -> (state, loss, metrics)`: one gradient step of the whole loss."""
     backbone = get_backbone(backbone_name)
-    batch_fn = batch_fn_for(backbone_name)
+    batch_fn = backbone.batch_fn
     opt = make_optimizer(cfg)
 
     def update(state: TrainState, seed_key: PRNGKeyArray, data: Dataset):

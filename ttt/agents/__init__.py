@@ -1,8 +1,8 @@
 """Backbones: one module per offline GCRL algorithm, each exposing the same pure functions.
 
-Every backbone module defines ``Config``, ``Agent``, ``init``, ``loss``, ``target_update``, ``act``,
-``value``, ``has_value`` and collects them in ``BACKBONE`` (a ``common.Backbone``). Look one up by name
-with ``get_backbone``.
+Every backbone module defines ``Config``, ``Agent``, ``init``, ``loss``, ``target_update`` and ``value``
+(``act``, ``has_value`` and ``BATCH_FN`` where it differs from the defaults in ``common``) and collects them in
+``BACKBONE = make_backbone(globals())`` (a ``common.Backbone``). Look one up by name with ``get_backbone``.
 """
 
 from __future__ import annotations

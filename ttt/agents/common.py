@@ -27,6 +27,8 @@ class Backbone:
     - ``act(agent, obs, goal, key, temperature) -> action`` in ``[-1, 1]`` (temperature 0: the mean).
     - ``value(agent, obs, goal) -> values``: the goal-conditioned value used for data selection.
     - ``has_value(cfg) -> bool``: whether ``value`` is available under ``cfg``.
+    - ``batch_fn(key, data, idxs, sampler_cfg, cfg) -> batch``: the batch ``loss`` consumes for rows ``idxs``
+      (default: the goal-conditioned ``Batch``; SAW adds waypoints).
     """
 
     name: str
@@ -37,6 +39,51 @@ class Backbone:
     act: Callable[..., Float[Array, "*batch act"]]
     value: Callable[..., Float[Array, "*batch"]]
     has_value: Callable[[Any], bool]
+    batch_fn: Callable[..., Any]
+
+
+def default_batch_fn(key: PRNGKeyArray, data: Any, idxs: Any, sampler_cfg: Any, cfg: Any) -> Any:
+    """The plain goal-conditioned batch (OGBench's ``GCDataset.sample``) for rows ``idxs``."""
+    from ttt.data.sampler import make_batch
+
+    del cfg
+    return make_batch(key, data, idxs, sampler_cfg)
+
+
+def act_actor(
+    agent: Any,
+    obs: Float[Array, "*batch obs"],
+    goal: Float[Array, "*batch obs"],
+    key: PRNGKeyArray,
+    temperature: float | Float[Array, ""] = 0.0,
+) -> Float[Array, "*batch act"]:
+    """Action of ``agent.actor`` in ``[-1, 1]``; temperature 0 gives the mean action."""
+    return act_gaussian(agent.actor, obs, goal, key, temperature)
+
+
+def always_has_value(cfg: Any) -> bool:
+    """For backbones whose value function always exists."""
+    del cfg
+    return True
+
+
+def make_backbone(namespace: dict[str, Any]) -> Backbone:
+    """The ``Backbone`` record of a backbone module from its globals (``make_backbone(globals())``).
+
+    Required: ``NAME, Config, init, loss, target_update, value``; optional with defaults: ``act``
+    (``act_actor``), ``has_value`` (``always_has_value``), ``BATCH_FN`` (``default_batch_fn``).
+    """
+    return Backbone(
+        name=namespace["NAME"],
+        Config=namespace["Config"],
+        init=namespace["init"],
+        loss=namespace["loss"],
+        target_update=namespace["target_update"],
+        act=namespace.get("act", act_actor),
+        value=namespace["value"],
+        has_value=namespace.get("has_value", always_has_value),
+        batch_fn=namespace.get("BATCH_FN", default_batch_fn),
+    )
 
 
 def tuple_field(obj: Any, *names: str) -> None:

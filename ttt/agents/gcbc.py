@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ttt.agents.common import Backbone, act_gaussian, actor_metrics, expectile_loss, polyak, prefixed, tuple_field
+from ttt.agents.common import act_actor, actor_metrics, expectile_loss, make_backbone, polyak, prefixed, tuple_field
 from ttt.data.batch import Batch
 from ttt.errors import TttError
 from ttt.nets import GaussianActor, GCValue, gaussian_log_prob
@@ -105,15 +105,7 @@ def target_update(agent: Agent, cfg: Config) -> Agent:
     return eqx.tree_at(lambda a: a.target_value, agent, polyak(agent.value, agent.target_value, cfg.tau))
 
 
-def act(
-    agent: Agent,
-    obs: Float[Array, "*batch obs"],
-    goal: Float[Array, "*batch obs"],
-    key: PRNGKeyArray,
-    temperature: float | Float[Array, ""] = 0.0,
-) -> Float[Array, "*batch act"]:
-    """Action in ``[-1, 1]``; temperature 0 gives the mean action."""
-    return act_gaussian(agent.actor, obs, goal, key, temperature)
+act = act_actor
 
 
 def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*batch obs"]) -> Float[Array, "*batch"]:
@@ -129,13 +121,4 @@ def has_value(cfg: Config) -> bool:
     return cfg.with_critic
 
 
-BACKBONE = Backbone(
-    name=NAME,
-    Config=Config,
-    init=init,
-    loss=loss,
-    target_update=target_update,
-    act=act,
-    value=value,
-    has_value=has_value,
-)
+BACKBONE = make_backbone(globals())

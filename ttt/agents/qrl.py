@@ -23,12 +23,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ttt.agents.common import (
-    Backbone,
-    act_gaussian,
+    act_actor,
     actor_metrics,
+    always_has_value,
     awr_weights,
     check_actor_loss,
     ddpgbc_actor_loss,
+    make_backbone,
     prefixed,
     tuple_field,
 )
@@ -187,15 +188,7 @@ def target_update(agent: Agent, cfg: Config) -> Agent:
     return agent
 
 
-def act(
-    agent: Agent,
-    obs: Float[Array, "*batch obs"],
-    goal: Float[Array, "*batch obs"],
-    key: PRNGKeyArray,
-    temperature: float | Float[Array, ""] = 0.0,
-) -> Float[Array, "*batch act"]:
-    """Action in ``[-1, 1]``; temperature 0 gives the mean action."""
-    return act_gaussian(agent.actor, obs, goal, key, temperature)
+act = act_actor
 
 
 def distance(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*batch obs"]) -> Float[Array, "*batch"]:
@@ -213,19 +206,7 @@ def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*ba
     return value_from_distance(distance(agent, obs, goal), agent.discount)
 
 
-def has_value(cfg: Config) -> bool:
-    """QRL always has its quasimetric value."""
-    del cfg
-    return True
+has_value = always_has_value  # QRL always has its quasimetric value
 
 
-BACKBONE = Backbone(
-    name=NAME,
-    Config=Config,
-    init=init,
-    loss=loss,
-    target_update=target_update,
-    act=act,
-    value=value,
-    has_value=has_value,
-)
+BACKBONE = make_backbone(globals())

@@ -37,7 +37,17 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, Key, PRNGKeyArray
 
-from ttt.agents.common import Backbone, actor_metrics, awr_weights, expectile_loss, polyak, prefixed, tuple_field
+from ttt.agents.common import (
+    act_actor,
+    actor_metrics,
+    always_has_value,
+    awr_weights,
+    expectile_loss,
+    make_backbone,
+    polyak,
+    prefixed,
+    tuple_field,
+)
 from ttt.data.batch import Batch
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig, make_batch, sample_rows, traj_final
@@ -357,15 +367,7 @@ def target_update(agent: Agent, cfg: Config) -> Agent:
     return eqx.tree_at(lambda a: a.target_value, agent, polyak(agent.value, agent.target_value, cfg.tau))
 
 
-def act(
-    agent: Agent,
-    obs: Float[Array, "*batch obs"],
-    goal: Float[Array, "*batch obs"],
-    key: PRNGKeyArray,
-    temperature: float | Float[Array, ""] = 0.0,
-) -> Float[Array, "*batch act"]:
-    """The flat actor's action in ``[-1, 1]``; temperature 0 gives the mean action."""
-    return jnp.clip(agent.actor.sample(obs, goal, key, temperature), -1.0, 1.0)
+act = act_actor  # the flat actor
 
 
 def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*batch obs"]) -> Float[Array, "*batch"]:
@@ -373,19 +375,7 @@ def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*ba
     return agent.value(obs, goal).mean(axis=0)
 
 
-def has_value(cfg: Config) -> bool:
-    """SAW always has V."""
-    del cfg
-    return True
+has_value = always_has_value
 
 
-BACKBONE = Backbone(
-    name=NAME,
-    Config=Config,
-    init=init,
-    loss=loss,
-    target_update=target_update,
-    act=act,
-    value=value,
-    has_value=has_value,
-)
+BACKBONE = make_backbone(globals())
