@@ -75,7 +75,7 @@ def test_vmap_over_seeds_equals_loop():
             np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
 
 
-def test_chunks_compile_once_and_resume_matches_uninterrupted(tmp_path):
+def test_interrupted_chunked_run_matches_uninterrupted(tmp_path):
     data = toy_dataset()
     cfg, sampler = tiny()
     whole = pretrain("gciql", NAV, data, cfg, sampler, steps=12, seeds=2, out=tmp_path / "a", chunk_steps=12)
