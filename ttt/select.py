@@ -236,9 +236,39 @@ def n_keep(n_rel: Int[Array, ""] | int, q: float) -> Int[Array, ""]:
     return jnp.maximum(k, jnp.minimum(n_rel, 1))
 
 
+def _sortable(x: Float[Array, " rows"]) -> Array:
+    """float32 -> uint32 with the same order (-0.0 counted as +0.0)."""
+    bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32) + 0.0, jnp.uint32)
+    return jnp.where(bits >> 31 == 1, ~bits, bits | jnp.uint32(1 << 31))
+
+
+def _kth_largest(keys: Array, mask: Bool[Array, " rows"], k: Int[Array, ""]) -> Array:
+    """The k-th largest uint32 of `keys[mask]` (k >= 1), by bisection on its bits: 32 counting passes, O(|D|)."""
+
+    def bit(i, t):
+        cand = t | (jnp.uint32(1) << (31 - i).astype(jnp.uint32))
+        return jnp.where(jnp.sum(mask & (keys >= cand), dtype=jnp.int32) >= k, cand, t)
+
+    return jax.lax.fori_loop(0, 32, bit, jnp.uint32(0))
+
+
+def _mix32(x: Array) -> Array:
+    """murmur3's 32-bit finaliser: a bijection of uint32 that scrambles its input."""
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = x * jnp.uint32(0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
 def select(key: Key[Array, ""], tables: GoalTables, rel: Bool[Array, " rows"], cfg: SelectConfig) -> Selection:
     """Keep exactly `ceil(q * n_rel)` relevant rows with the highest `G` (after optional value noise); ties are
-    broken uniformly at random with `key`. Rank-based: one lexicographic sort by (not relevant, -G, random)."""
+    broken at random with `key`.
+
+    No sort: the k-th best score is found by bisection on its bits (32 counting passes over the rows), then the
+    rows tied with it are ranked by a random permutation of the row ids (`_mix32` of the id xor two random words:
+    distinct per row), whose cut-off is found the same way. O(|D|) and fixed-shape.
+    """
     k_noise, k_tie = jax.random.split(key)
     n = rel.shape[0]
     n_rel = jnp.sum(rel, dtype=jnp.int32)
@@ -246,12 +276,18 @@ def select(key: Key[Array, ""], tables: GoalTables, rel: Bool[Array, " rows"], c
     if cfg.noise_alpha > 0:
         mean_abs = jnp.sum(jnp.where(rel, jnp.abs(scores), 0.0)) / jnp.maximum(n_rel, 1)
         scores = scores + cfg.noise_alpha * mean_abs * jax.random.normal(k_noise, (n,), scores.dtype)
-    tie = jax.random.bits(k_tie, (n,), jnp.uint32)
-    order = jnp.lexsort((tie, -scores, ~rel))  # last key is primary: relevant rows first, best G first
-    rank = jnp.zeros(n, jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
     k = n_keep(n_rel, cfg.q)
-    mask = rel & (rank < k)
-    threshold = jnp.where(k > 0, scores[order[jnp.maximum(k - 1, 0)]], jnp.nan)
+    k1 = jnp.maximum(k, 1)
+    keys = _sortable(scores)
+    cut = _kth_largest(keys, rel, k1)
+    above = rel & (keys > cut)
+    tied = rel & (keys == cut)
+    salt = jax.random.bits(k_tie, (2,), jnp.uint32)
+    tie = _mix32(_mix32(jnp.arange(n, dtype=jnp.uint32) ^ salt[0]) ^ salt[1])  # a permutation of the row ids
+    m = k1 - jnp.sum(above, dtype=jnp.int32)  # >= 1 tied rows still to keep
+    tie_cut = _kth_largest(tie, tied, m)
+    mask = (above | (tied & (tie >= tie_cut))) & (k > 0)
+    threshold = jnp.where(k > 0, jnp.min(jnp.where(mask, scores, jnp.inf)), jnp.nan)
     return Selection(mask=mask, threshold=threshold, n_rel=n_rel, n_selected=k)
 
 
