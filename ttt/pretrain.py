@@ -198,6 +198,15 @@ def backbone_config(meta: dict):
     return backbone.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})
 
 
+def sampler_config(meta: dict) -> SamplerConfig:
+    """Rebuild the SamplerConfig saved in a checkpoint's metadata."""
+    from ttt.data.sampler import GoalMix
+
+    d = dict(meta["sampler"])
+    d["value"], d["actor"] = GoalMix(**d["value"]), GoalMix(**d["actor"])
+    return SamplerConfig(**d)
+
+
 def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[TrainState, dict]:
     """The seed-stacked TrainState and metadata of a checkpoint directory."""
     out = Path(out)

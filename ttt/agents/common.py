@@ -6,9 +6,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, PRNGKeyArray, PyTree
+from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
 from ttt.errors import TttError
 from ttt.nets import GaussianActor
@@ -29,6 +30,11 @@ class Backbone:
     - ``has_value(cfg) -> bool``: whether ``value`` is available under ``cfg``.
     - ``batch_fn(key, data, idxs, sampler_cfg, cfg) -> batch``: the batch ``loss`` consumes for rows ``idxs``
       (default: the goal-conditioned ``Batch``; SAW adds waypoints).
+    - ``with_actor_goal(batch, goal, rows) -> batch``: the batch with the actor goal of the rows where ``rows`` is
+      True replaced by ``goal`` (test-time training's fixed ``g*``).
+    - ``ttt_config(cfg) -> cfg``: the config whose loss test-time training needs to optimise: parts of the loss
+      that cannot change any action after selection may be dropped (GC-BC's selection-only critic); identity
+      by default.
     """
 
     name: str
@@ -40,6 +46,8 @@ class Backbone:
     value: Callable[..., Float[Array, "*batch"]]
     has_value: Callable[[Any], bool]
     batch_fn: Callable[..., Any]
+    with_actor_goal: Callable[..., Any]
+    ttt_config: Callable[[Any], Any]
 
 
 def default_batch_fn(key: PRNGKeyArray, data: Any, idxs: Any, sampler_cfg: Any, cfg: Any) -> Any:
@@ -48,6 +56,21 @@ def default_batch_fn(key: PRNGKeyArray, data: Any, idxs: Any, sampler_cfg: Any, 
 
     del cfg
     return make_batch(key, data, idxs, sampler_cfg)
+
+
+def set_actor_goal(batch: Any, goal: Float[Array, " obs"], rows: Bool[Array, " batch"] | None = None) -> Any:
+    """``batch`` (a ``Batch``) with ``actor_goals`` set to ``goal`` where ``rows`` (default: every row) and
+    ``actor_goal_idxs`` set to -1 there (``g*`` is no dataset row)."""
+    n = batch.observations.shape[0]
+    rows = jnp.ones((n,), bool) if rows is None else rows
+    goals = jnp.where(rows[:, None], jnp.broadcast_to(goal, batch.actor_goals.shape), batch.actor_goals)
+    idxs = jnp.where(rows, -1, batch.actor_goal_idxs).astype(batch.actor_goal_idxs.dtype)
+    return eqx.tree_at(lambda b: (b.actor_goals, b.actor_goal_idxs), batch, (goals, idxs))
+
+
+def same_config(cfg: Any) -> Any:
+    """The default ``ttt_config``: test-time training optimises the whole loss."""
+    return cfg
 
 
 def act_actor(
@@ -71,7 +94,8 @@ def make_backbone(namespace: dict[str, Any]) -> Backbone:
     """The ``Backbone`` record of a backbone module from its globals (``make_backbone(globals())``).
 
     Required: ``NAME, Config, init, loss, target_update, value``; optional with defaults: ``act``
-    (``act_actor``), ``has_value`` (``always_has_value``), ``BATCH_FN`` (``default_batch_fn``).
+    (``act_actor``), ``has_value`` (``always_has_value``), ``BATCH_FN`` (``default_batch_fn``), ``WITH_ACTOR_GOAL``
+    (``set_actor_goal``), ``TTT_CONFIG`` (``same_config``).
     """
     return Backbone(
         name=namespace["NAME"],
@@ -83,6 +107,8 @@ def make_backbone(namespace: dict[str, Any]) -> Backbone:
         value=namespace["value"],
         has_value=namespace.get("has_value", always_has_value),
         batch_fn=namespace.get("BATCH_FN", default_batch_fn),
+        with_actor_goal=namespace.get("WITH_ACTOR_GOAL", set_actor_goal),
+        ttt_config=namespace.get("TTT_CONFIG", same_config),
     )
 
 

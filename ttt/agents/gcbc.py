@@ -108,6 +108,16 @@ def target_update(agent: Agent, cfg: Config) -> Agent:
 act = act_actor
 
 
+def ttt_config(cfg: Config) -> Config:
+    """Test-time training's config: the actor loss only. The critic serves data selection, which happens once
+    per round BEFORE fine-tuning (and the next round resets), and the BC actor's gradient never involves it, so
+    fine-tuning it would change no action; dropping it leaves the fine-tuned actor identical."""
+    return dataclasses.replace(cfg, with_critic=False)
+
+
+TTT_CONFIG = ttt_config
+
+
 def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*batch obs"]) -> Float[Array, "*batch"]:
     """Mean of the two value heads ``V(s, g)`` (as GCIVL's actor uses them); needs ``with_critic``."""
     if agent.value is None:

@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int, Key, PRNGKeyArray
+from jaxtyping import Array, Bool, Float, Int, Key, PRNGKeyArray
 
 from ttt.agents.common import (
     act_actor,
@@ -46,6 +46,7 @@ from ttt.agents.common import (
     make_backbone,
     polyak,
     prefixed,
+    set_actor_goal,
     tuple_field,
 )
 from ttt.data.batch import Batch
@@ -153,26 +154,25 @@ def batch_fn(
 BATCH_FN = batch_fn
 
 
-def with_actor_goal(batch: SawBatch, goal: Float[Array, " obs"]) -> SawBatch:
-    """The batch with every actor goal replaced by ``goal`` (test-time training's fixed ``g*``).
+def with_actor_goal(batch: SawBatch, goal: Float[Array, " obs"], rows: Bool[Array, " batch"] | None = None) -> SawBatch:
+    """The batch with the actor goal of ``rows`` (default: every row) replaced by ``goal`` (TTT's fixed ``g*``).
 
-    ``g*`` is no row of the rows' trajectories, so the waypoint falls back to the low goal ``min(idx + k, final)``,
-    as the reference does for random actor goals; ``actor_goal_idxs`` becomes -1 (no row).
+    ``g*`` is no row of the rows' trajectories, so their waypoint falls back to the low goal ``min(idx + k, final)``,
+    as the reference does for random actor goals; their ``actor_goal_idxs`` becomes -1 (no row).
     """
-    base = batch.base
-    n = base.observations.shape[0]
-    base = eqx.tree_at(
-        lambda b: (b.actor_goals, b.actor_goal_idxs),
-        base,
-        (jnp.broadcast_to(goal, base.actor_goals.shape), jnp.full((n,), -1, base.actor_goal_idxs.dtype)),
-    )
+    n = batch.base.observations.shape[0]
+    rows = jnp.ones((n,), bool) if rows is None else rows
+    base = set_actor_goal(batch.base, goal, rows)
     return SawBatch(
         base=base,
         low_goals=batch.low_goals,
-        waypoints=batch.low_goals,
+        waypoints=jnp.where(rows[:, None], batch.low_goals, batch.waypoints),
         low_goal_idxs=batch.low_goal_idxs,
-        waypoint_idxs=batch.low_goal_idxs,
+        waypoint_idxs=jnp.where(rows, batch.low_goal_idxs, batch.waypoint_idxs),
     )
+
+
+WITH_ACTOR_GOAL = with_actor_goal
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""Test-time fine-tuning: the whole loss on selected rows with the actor goal fixed to g*, fresh or reused Adam."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ttt.agents import get_backbone, saw
+from ttt.agents.common import set_actor_goal
+from ttt.data.dataset import Dataset
+from ttt.data.sampler import make_batch
+from ttt.data.specs import get_spec
+from ttt.finetune import FinetuneConfig, make_finetune
+from ttt.presets import make_configs
+from ttt.pretrain import init_state
+
+NAV = "pointmaze-medium-navigate-v0"
+
+
+def toy_dataset(episodes=6, length=15, seed=0) -> Dataset:
+    """Straight-line point episodes; episode e moves with the constant action `acts[e]`."""
+    rng = np.random.default_rng(seed)
+    obs, act, term = [], [], []
+    for _ in range(episodes):
+        start = rng.uniform(-2, 2, 2)
+        a = rng.uniform(-1, 1, 2)
+        for t in range(length):
+            obs.append(start + 0.2 * t * a)
+            act.append(a)
+            term.append(t == length - 1)
+    return Dataset.from_arrays(np.array(obs, np.float32), np.array(act, np.float32), np.array(term))
+
+
+def tiny(agent="gcbc", **over):
+    small = {"actor_hidden_dims": (16, 16), "value_hidden_dims": (16, 16), "batch_size": 16}
+    return make_configs(agent, get_spec(NAV), "cpu", {**small, **over})
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
+
+
+def same(a, b) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(leaves(a), leaves(b), strict=True))
+
+
+def episode_weights(data: Dataset, ep: int) -> jnp.ndarray:
+    return jnp.asarray((np.asarray(data.ep_id) == ep) & np.asarray(data.valid), jnp.int32)
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="N must be an int >= 0"):
+        FinetuneConfig(steps=-1)
+    with pytest.raises(ValueError, match="lr must be a number > 0"):
+        FinetuneConfig(lr=0.0)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        FinetuneConfig(batch_size=0)
+
+
+def test_set_actor_goal_by_hand():
+    data = toy_dataset()
+    cfg, sampler = tiny()
+    batch = make_batch(jax.random.key(0), data, jnp.arange(8), sampler)
+    g = jnp.array([7.0, -3.0])
+    rows = jnp.arange(8) < 5
+    out = set_actor_goal(batch, g, rows)
+    np.testing.assert_array_equal(np.asarray(out.actor_goals[:5]), np.tile([7.0, -3.0], (5, 1)))
+    np.testing.assert_array_equal(np.asarray(out.actor_goals[5:]), np.asarray(batch.actor_goals[5:]))
+    expect = [-1] * 5 + list(np.asarray(batch.actor_goal_idxs[5:]))
+    np.testing.assert_array_equal(np.asarray(out.actor_goal_idxs), expect)
+    # Everything else is untouched.
+    for name in ("observations", "actions", "value_goals", "rewards", "masks", "value_goal_idxs"):
+        np.testing.assert_array_equal(np.asarray(getattr(out, name)), np.asarray(getattr(batch, name)))
+
+
+def test_saw_with_actor_goal_masks_rows():
+    data = toy_dataset()
+    sb = saw.make_saw_batch(jax.random.key(1), data, jnp.arange(6), tiny("saw")[1], 3)
+    g = jnp.array([1.0, 2.0])
+    out = saw.with_actor_goal(sb, g, jnp.array([True, False, True, False, True, False]))
+    for r in range(6):
+        if r % 2 == 0:
+            assert np.allclose(out.base.actor_goals[r], g) and int(out.waypoint_idxs[r]) == int(sb.low_goal_idxs[r])
+        else:
+            assert np.allclose(out.base.actor_goals[r], sb.base.actor_goals[r])
+            assert int(out.waypoint_idxs[r]) == int(sb.waypoint_idxs[r])
+
+
+def test_zero_steps_keep_the_agent():
+    data = toy_dataset()
+    cfg, sampler = tiny()
+    agent = init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent
+    ft = make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=0))
+    out, m = ft(agent, None, jax.random.key(1), data, episode_weights(data, 0), jnp.zeros(2))
+    assert same(out, agent) and np.isnan(m["loss_first"])
+
+
+def test_finetune_fits_the_selected_rows_with_goal_g_star():
+    """GC-BC fine-tuned on one episode's rows moves the action at those states, for goal g*, towards that
+    episode's action; the loss falls."""
+    data = toy_dataset()
+    cfg, sampler = tiny(lr=3e-3)
+    agent = init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent
+    ep = 3
+    rows = np.flatnonzero((np.asarray(data.ep_id) == ep) & np.asarray(data.valid))
+    target = np.asarray(data.actions[rows[0]])
+    g_star = jnp.array([5.0, 5.0])
+    ft = eqx.filter_jit(make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=150, lr=3e-3)))
+    tuned, m = ft(agent, None, jax.random.key(2), data, episode_weights(data, ep), g_star)
+    backbone = get_backbone("gcbc")
+    obs = data.observations[rows]
+    goals = jnp.broadcast_to(g_star, obs.shape)
+    before = np.abs(np.asarray(backbone.act(agent, obs, goals, jax.random.key(0), 0.0)) - target).mean()
+    after = np.abs(np.asarray(backbone.act(tuned, obs, goals, jax.random.key(0), 0.0)) - target).mean()
+    assert after < 0.1 < before, (before, after)
+    assert float(m["loss_last"]) < float(m["loss_first"])
+    assert same(tuned.value, agent.value)  # GC-BC's selection-only critic is not fine-tuned by default
+    assert same(agent, init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent)  # the input is never mutated
+
+
+def test_fresh_optimiser_ignores_the_state_and_reuse_uses_it():
+    data = toy_dataset()
+    cfg, sampler = tiny()
+    state = init_state(jax.random.key(0), "gcbc", 2, 2, cfg)
+    w = episode_weights(data, 1)
+    g = jnp.array([1.0, 1.0])
+    fresh = eqx.filter_jit(make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=3)))
+    a1, _ = fresh(state.agent, None, jax.random.key(5), data, w, g)
+    a2, _ = fresh(state.agent, state.opt_state, jax.random.key(5), data, w, g)
+    assert same(a1, a2)
+    # A pre-training Adam state with large moments changes the reused-state result.
+    warm = jax.tree.map(lambda x: x + 1.0 if eqx.is_array(x) and x.dtype == jnp.float32 else x, state.opt_state)
+    reuse = eqx.filter_jit(make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=3, reuse_opt_state=True)))
+    a3, _ = reuse(state.agent, state.opt_state, jax.random.key(5), data, w, g)
+    a4, _ = reuse(state.agent, warm, jax.random.key(5), data, w, g)
+    assert not same(a3, a4)
+
+
+@pytest.mark.parametrize("agent", ["gcbc", "gciql", "gciql-awr", "qrl", "saw"])
+def test_every_backbone_finetunes_with_one_trace(agent):
+    data = toy_dataset()
+    cfg, sampler = tiny(agent)
+    name = {"gciql-awr": "gciql"}.get(agent, agent)
+    a0 = init_state(jax.random.key(0), name, 2, 2, cfg).agent
+    ft = eqx.filter_jit(
+        eqx.debug.assert_max_traces(make_finetune(name, cfg, sampler, FinetuneConfig(steps=2), mix=0.5), max_traces=1)
+    )
+    for ep, g in ((0, jnp.array([1.0, 0.0])), (2, jnp.array([0.0, -1.0]))):
+        tuned, m = ft(a0, None, jax.random.key(ep), data, episode_weights(data, ep), g)
+        assert np.isfinite(float(m["loss_last"])) and not same(tuned, a0)
+
+
+def test_gcbc_full_loss_trains_the_critic_and_leaves_the_actor_identical():
+    """`full_loss` also fine-tunes GC-BC's critic (and moves its target), which changes no actor parameter."""
+    data = toy_dataset()
+    cfg, sampler = tiny()
+    agent = init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent
+    args = (agent, None, jax.random.key(3), data, episode_weights(data, 2), jnp.array([2.0, -1.0]))
+    short, _ = make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=20))(*args)
+    full, _ = make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=20, full_loss=True))(*args)
+    assert not same(full.value, agent.value) and not same(full.target_value, agent.target_value)
+    for x, y in zip(leaves(short.actor), leaves(full.actor), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+    assert not same(short.actor, agent.actor)

@@ -1,0 +1,107 @@
+"""Test-time fine-tuning: N steps of the backbone's whole loss on the selected rows, as one `lax.scan`.
+
+`make_finetune(...)` returns the pure `finetune(agent, opt_state, key, data, weights, goal) -> (agent, metrics)`.
+Each step draws a batch of rows from the selection's training weights (`select.sample_ttt_rows`: a `mix` fraction
+uniformly from the dataset), builds the backbone's own batch for them (value goals relabelled as in
+pre-training), fixes the actor goal of the selected rows to the episode's goal `g*`, and applies one Adam step
+of the whole loss (critic and actor) followed by the backbone's target update. The optimiser starts fresh every
+round unless `reuse_opt_state` (then the caller passes the pre-training Adam state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+from jaxtyping import Array, Float, PRNGKeyArray, Real
+
+from ttt.agents import get_backbone
+from ttt.data.dataset import Dataset
+from ttt.data.sampler import SamplerConfig
+from ttt.select import n_uniform, sample_ttt_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneConfig:
+    """Static fine-tuning settings.
+
+    - `steps`: N gradient steps per round (>= 0; 0 keeps the pre-trained agent).
+    - `lr`: Adam learning rate (paper: 3e-4 or 3e-5, tuned per environment).
+    - `batch_size`: rows per step; None: the pre-training batch size.
+    - `reuse_opt_state`: start each round from the pre-training Adam state instead of a fresh one.
+    - `full_loss`: optimise every term of the backbone's loss even where the backbone declares some cannot change
+      an action (GC-BC's selection-only critic, `Backbone.ttt_config`); the actor comes out identical, slower.
+    """
+
+    steps: int = 100
+    lr: float = 3e-4
+    batch_size: int | None = None
+    reuse_opt_state: bool = False
+    full_loss: bool = False
+
+    def __post_init__(self):
+        if not (isinstance(self.steps, int) and not isinstance(self.steps, bool) and self.steps >= 0):
+            raise ValueError(f"finetune steps N must be an int >= 0, got {self.steps!r}")
+        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"finetune lr must be a number > 0, got {self.lr!r}")
+        if self.batch_size is not None and not (isinstance(self.batch_size, int) and self.batch_size >= 1):
+            raise ValueError(
+                f"finetune batch_size must be an int >= 1 (or None for the pre-training one), got {self.batch_size!r}"
+            )
+
+
+def make_optimizer(ft: FinetuneConfig) -> optax.GradientTransformation:
+    return optax.adam(ft.lr)
+
+
+def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0):
+    """The pure N-step fine-tuning function for one backbone configuration.
+
+    `mix` (`SelectConfig.mix`): the fraction of each batch drawn uniformly from the whole dataset (appendix, QRL:
+    0.5); those rows keep their pre-training goal relabelling, the others get `g*` as actor goal.
+
+    `finetune(agent, opt_state, key, data, weights, goal) -> (agent, metrics)`: `weights[j]` are the selection's
+    per-row training weights (all zero: rows drawn uniformly, the caller discards the result); `opt_state` is
+    used only with `reuse_opt_state` (pass None otherwise). Metrics: the loss at the first and last step.
+    """
+    backbone = get_backbone(backbone_name)
+    cfg = cfg if ft.full_loss else backbone.ttt_config(cfg)
+    opt = make_optimizer(ft)
+    n = ft.batch_size or sampler.batch_size
+    sampler = dataclasses.replace(sampler, batch_size=n)
+    n_goal_rows = n - n_uniform(n, mix)  # the first rows come from the selection and get g* as actor goal
+
+    def finetune(
+        agent,
+        opt_state,
+        key: PRNGKeyArray,
+        data: Dataset,
+        weights: Real[Array, " rows"],
+        goal: Float[Array, " obs"],
+    ):
+        if ft.steps == 0:
+            nan = jnp.full((), jnp.nan, jnp.float32)
+            return agent, {"loss_first": nan, "loss_last": nan}
+        goal_rows = jnp.arange(n) < n_goal_rows
+        params = eqx.filter(agent, eqx.is_array)
+        state0 = opt_state if ft.reuse_opt_state else opt.init(params)
+
+        def step(carry, i):
+            agent, state = carry
+            k_rows, k_goals, k_loss = jax.random.split(jax.random.fold_in(key, i), 3)
+            idxs = sample_ttt_rows(k_rows, weights, n, mix, data)
+            batch = backbone.batch_fn(k_goals, data, idxs, sampler, cfg)
+            batch = backbone.with_actor_goal(batch, goal, goal_rows)
+            (loss, _), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(agent, batch, k_loss, cfg)
+            updates, state = opt.update(grads, state, eqx.filter(agent, eqx.is_array))
+            agent = backbone.target_update(eqx.apply_updates(agent, updates), cfg)
+            return (agent, state), loss
+
+        (agent, _), losses = jax.lax.scan(step, (agent, state0), jnp.arange(ft.steps))
+        return agent, {"loss_first": losses[0], "loss_last": losses[-1]}
+
+    return finetune
