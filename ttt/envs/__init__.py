@@ -1,0 +1,47 @@
+"""In-program environments: pure JAX functions of an explicit state (see ``ttt.envs.base.Env``).
+
+``make_env(env_id, backend)`` builds the JAX env of an OGBench gymnasium id. Envs without one
+(``pointmaze-teleport-v0``: random teleports; ``cube-single-v0``: mesh contacts MJX cannot run well)
+use the host driver, which steps OGBench's gymnasium env from Python.
+"""
+
+from __future__ import annotations
+
+from ttt.envs.base import Env, State
+from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
+
+JAX_ENVS: tuple[str, ...] = ("pointmaze-medium-v0", "pointmaze-large-v0", "pointmaze-giant-v0")
+
+# OGBench ids this project uses that have no in-program env, and why.
+HOST_ONLY_ENVS: dict[str, str] = {
+    "pointmaze-teleport-v0": "OGBench's step teleports to an exit drawn from numpy's global RNG",
+    "cube-single-v0": "its mesh contacts are out of MJX's reach",
+}
+
+
+def has_jax_env(env_id: str) -> bool:
+    """Whether ``env_id`` (a gymnasium id) has an in-program JAX env."""
+    return env_id in JAX_ENVS
+
+
+def make_env(env_id: str, backend: str = "mujoco") -> Env:
+    """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or 'mjx')."""
+    if env_id in HOST_ONLY_ENVS:
+        raise ValueError(f"{env_id} has no in-program env ({HOST_ONLY_ENVS[env_id]}); use the host driver")
+    if env_id not in JAX_ENVS:
+        raise ValueError(f"unknown env id '{env_id}'; valid ids: {', '.join(JAX_ENVS)}")
+    return PointMaze(env_id, backend)
+
+
+__all__ = [
+    "BACKENDS",
+    "HOST_ONLY_ENVS",
+    "JAX_ENVS",
+    "Env",
+    "PointMaze",
+    "PointMazeState",
+    "State",
+    "has_jax_env",
+    "impose_start_goal",
+    "make_env",
+]

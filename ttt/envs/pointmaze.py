@@ -1,0 +1,257 @@
+"""OGBench's PointMaze as a pure JAX environment, on OGBench's own MjModel.
+
+The maze, its MjModel, the evaluation tasks, the noise and the goal tolerance are all read from an
+OGBench gymnasium env instantiated once per id on the host (``ogbench/locomaze/{maze,point}.py``):
+
+- reset: start ``ij_to_xy(init_ij)`` and goal ``ij_to_xy(goal_ij)`` of the task, each coordinate plus
+  ``uniform(-1, 1) * noise * maze_unit / 4`` (OGBench's ``add_noise``; the goal only when
+  ``add_noise_to_goal``); the observation is ``qpos`` (the xy position) and the goal observation is the
+  goal xy;
+- step: ``qpos += 0.2 * clip(a, -1, 1)``, ``qvel = 0``, ``frame_skip`` (5) ``mj_step``s. OGBench's env
+  itself does not clip (its evaluation loop and its data generation do), so actions in ``[-1, 1]`` step
+  exactly as in OGBench;
+- success (timing 'post'): ``||qpos - goal|| <= goal_tol`` (1.0) after the step.
+
+Two physics backends (static field ``backend``):
+
+- ``'mujoco'``: OGBench's C MuJoCo model stepped through ``jax.pure_callback``, one batched call per env
+  step (a loop over the batch with a cached ``MjData``). Exactly OGBench's physics; the fastest on CPU.
+- ``'mjx'``: the same MjModel in MuJoCo MJX (``mjx.put_model``), carried as a pytree field so it is a jit
+  argument. Pure XLA, float32; the choice on accelerators.
+
+The solver warm start does not carry information between env steps here (replaying an episode with a fresh
+``MjData`` at every step reproduces OGBench's trajectory bit for bit), so the state needs only ``qpos``.
+pointmaze-teleport has no in-program env: its step teleports to an exit drawn from numpy's global RNG.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import io
+import threading
+import warnings
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
+
+from ttt.envs.base import Env
+
+BACKENDS = ("mujoco", "mjx")
+ACTION_SCALE = 0.2  # ogbench/locomaze/point.py: ``qpos += 0.2 * action``
+
+
+def _mjx():
+    """``mujoco.mjx``, imported on first use (its import prints a notice about the optional Warp backend)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        from mujoco import mjx
+    return mjx
+
+
+class _HostPhysics:
+    """OGBench's MjModel stepped on the host: ``qpos`` rows in, ``qpos`` after ``frame_skip`` steps out.
+
+    Hashes by identity (it is a static field of ``PointMaze``); one instance per env id is cached, so envs
+    built twice share it and compiled programs are reused. One ``MjData`` per instance, used under a lock:
+    XLA runs callbacks on its own threads, whose Python thread state (and any ``threading.local``) is torn
+    down after every call, and freeing an ``MjData`` there crashes the interpreter.
+    """
+
+    def __init__(self, model: mujoco.MjModel, frame_skip: int):
+        self.model = model
+        self.frame_skip = frame_skip
+        self._lock = threading.Lock()
+        self._mjdata = mujoco.MjData(model)
+
+    def __call__(self, qpos: np.ndarray) -> np.ndarray:
+        qpos = np.asarray(qpos)
+        rows = qpos.reshape(-1, self.model.nq).astype(np.float64)
+        with self._lock:
+            data = self._mjdata
+            for row in rows:  # host side: a plain loop over the batch
+                data.qpos[:] = row
+                data.qvel[:] = 0.0
+                data.qacc_warmstart[:] = 0.0  # results independent of batch order
+                mujoco.mj_step(self.model, data, nstep=self.frame_skip)
+                row[:] = data.qpos
+        return rows.reshape(qpos.shape).astype(qpos.dtype)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _MazeInfo:
+    """What ``PointMaze`` reads from OGBench's gymnasium env (host side, cached per id)."""
+
+    env_id: str
+    model: mujoco.MjModel
+    frame_skip: int
+    obs_dim: int
+    max_steps: int
+    goal_tol: float
+    noise: float  # half-width of the start/goal noise per coordinate: noise * maze_unit / 4
+    noise_goal: bool
+    init_xy: np.ndarray  # (tasks, 2) task start cell centres
+    goal_xy: np.ndarray  # (tasks, 2) task goal cell centres
+    host: _HostPhysics
+
+
+def _make_gym_env(env_id: str, **kwargs):
+    import gymnasium
+    import ogbench  # noqa: F401  (registers the environments)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gymnasium.make(env_id, **kwargs)
+
+
+@functools.cache
+def _maze_info(env_id: str) -> _MazeInfo:
+    from ogbench.locomaze.point import PointEnv
+
+    env = _make_gym_env(env_id)
+    u = env.unwrapped
+    if not isinstance(u, PointEnv) or not hasattr(u, "maze_map") or hasattr(u, "get_agent_ball_xy"):
+        raise ValueError(f"{env_id} is not an OGBench PointMaze env")
+    if u._teleport_info is not None:
+        raise ValueError(
+            f"{env_id} has no in-program env: OGBench's step sends the agent to a teleport exit drawn from numpy's "
+            "global RNG, which a pure JAX env cannot reproduce; run it with the host driver"
+        )
+    if u._ob_type != "states":
+        raise ValueError(f"{env_id}: only state observations are supported, got ob_type={u._ob_type!r}")
+    model = copy.deepcopy(u.model)  # detached from the gym env (whose set_goal moves the target geom)
+    tasks = u.task_infos
+    info = _MazeInfo(
+        env_id=env_id,
+        model=model,
+        frame_skip=int(u.frame_skip),
+        obs_dim=int(u.observation_space.shape[0]),
+        max_steps=int(env.spec.max_episode_steps),
+        goal_tol=float(u._goal_tol),
+        noise=float(u._noise * u._maze_unit / 4),
+        noise_goal=bool(u._add_noise_to_goal),
+        init_xy=np.array([u.ij_to_xy(t["init_ij"]) for t in tasks], np.float64),
+        goal_xy=np.array([u.ij_to_xy(t["goal_ij"]) for t in tasks], np.float64),
+        host=_HostPhysics(model, int(u.frame_skip)),
+    )
+    env.close()
+    return info
+
+
+class PointMazeState(eqx.Module):
+    """Position, goal, and (``'mjx'`` backend only) the MJX physics data."""
+
+    qpos: Float[Array, " 2"]
+    goal: Float[Array, " 2"]
+    data: Any = None  # mjx.Data for the 'mjx' backend, None for 'mujoco'
+
+
+class PointMaze(Env):
+    """OGBench's PointMaze (medium, large, giant) on OGBench's own MjModel; see the module docstring."""
+
+    env_id: str = eqx.field(static=True)
+    backend: str = eqx.field(static=True)
+    obs_dim: int = eqx.field(static=True)
+    action_dim: int = eqx.field(static=True)
+    goal_dim: int = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    goal_eps: float = eqx.field(static=True)
+    num_tasks: int = eqx.field(static=True)
+    frame_skip: int = eqx.field(static=True)
+    noise: float = eqx.field(static=True)
+    noise_goal: bool = eqx.field(static=True)
+    host: _HostPhysics | None = eqx.field(static=True)
+    init_xy: Float[Array, "task 2"]
+    goal_xy: Float[Array, "task 2"]
+    mjx_model: Any  # mjx.Model for the 'mjx' backend (a jit argument like any leaf), None for 'mujoco'
+
+    def __init__(self, env_id: str = "pointmaze-medium-v0", backend: str = "mujoco"):
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend '{backend}'; valid backends: {', '.join(BACKENDS)}")
+        info = _maze_info(env_id)
+        dtype = jnp.result_type(float)
+        self.env_id = env_id
+        self.backend = backend
+        self.obs_dim = info.obs_dim
+        self.action_dim = int(info.model.nu)
+        self.goal_dim = 2
+        self.max_steps = info.max_steps
+        self.goal_eps = info.goal_tol
+        self.num_tasks = len(info.init_xy)
+        self.frame_skip = info.frame_skip
+        self.noise = info.noise
+        self.noise_goal = info.noise_goal
+        self.host = info.host if backend == "mujoco" else None
+        self.init_xy = jnp.asarray(info.init_xy, dtype)
+        self.goal_xy = jnp.asarray(info.goal_xy, dtype)
+        self.mjx_model = _mjx().put_model(info.model) if backend == "mjx" else None
+
+    def sample_start_goal(
+        self, key: PRNGKeyArray, task: Int[ArrayLike, ""]
+    ) -> tuple[Float[Array, " 2"], Float[Array, " 2"]]:
+        """Task cell centres plus OGBench's ``add_noise`` (uniform, +-``noise`` per coordinate)."""
+        if not isinstance(task, jax.core.Tracer):  # a concrete id is checked; a traced one out of range is clamped
+            t = np.asarray(task)
+            if np.any((t < 1) | (t > self.num_tasks)):
+                raise ValueError(f"task {task} does not exist in {self.env_id}; valid: 1..{self.num_tasks}")
+        idx = jnp.asarray(task, jnp.int32) - 1
+        k_init, k_goal = jax.random.split(key)
+        init = self.init_xy[idx] + self.noise * jax.random.uniform(k_init, (2,), self.init_xy.dtype, -1.0, 1.0)
+        goal = self.goal_xy[idx]
+        if self.noise_goal:
+            goal = goal + self.noise * jax.random.uniform(k_goal, (2,), self.goal_xy.dtype, -1.0, 1.0)
+        return init, goal
+
+    def reset_to(
+        self, init_xy: Float[ArrayLike, " 2"], goal_xy: Float[ArrayLike, " 2"]
+    ) -> tuple[PointMazeState, Float[Array, " 2"], Float[Array, " 2"]]:
+        """A state at ``init_xy`` with goal ``goal_xy``; observation = position, goal observation = goal xy."""
+        qpos = jnp.asarray(init_xy, self.init_xy.dtype)
+        goal = jnp.asarray(goal_xy, self.init_xy.dtype)
+        data = None
+        if self.backend == "mjx":
+            data = _mjx().make_data(self.mjx_model)
+            data = data.replace(qpos=qpos.astype(data.qpos.dtype))
+        return PointMazeState(qpos, goal, data), qpos, goal
+
+    def step(
+        self, state: PointMazeState, action: Float[ArrayLike, " 2"]
+    ) -> tuple[PointMazeState, Float[Array, " 2"], Bool[Array, ""]]:
+        """``qpos += 0.2 * clip(a, -1, 1)``, ``qvel = 0``, ``frame_skip`` physics steps; success after the step."""
+        dtype = state.qpos.dtype
+        qpos = state.qpos + ACTION_SCALE * jnp.clip(jnp.asarray(action, dtype), -1.0, 1.0)
+        data = state.data
+        if self.backend == "mjx":
+            mjx = _mjx()
+            data = data.replace(qpos=qpos.astype(data.qpos.dtype), qvel=jnp.zeros_like(data.qvel))
+            data = jax.lax.fori_loop(0, self.frame_skip, lambda _, d: mjx.step(self.mjx_model, d), data)
+            qpos = data.qpos.astype(dtype)
+        else:
+            out = jax.ShapeDtypeStruct(qpos.shape, dtype)
+            qpos = jax.pure_callback(self.host, out, qpos, vmap_method="broadcast_all")
+        success = jnp.linalg.norm(qpos - state.goal) <= self.goal_eps
+        return PointMazeState(qpos, state.goal, data), qpos, success
+
+    def goal_coords(self, obs: Float[Array, "*batch obs"]) -> Float[Array, "*batch 2"]:
+        """The xy position: ``obs[..., :2]``."""
+        return obs[..., :2]
+
+
+def impose_start_goal(gym_env, init_xy: ArrayLike, goal_xy: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Put OGBench's (already reset) gymnasium PointMaze env at ``init_xy`` with goal ``goal_xy``.
+
+    Does what the end of OGBench's ``reset`` does with its own draws (``set_goal``, ``set_xy``), so the
+    gymnasium env and ``PointMaze.reset_to(init_xy, goal_xy)`` face the same episode. Returns
+    ``(obs, goal_obs)`` as OGBench's reset would (the goal observation of a point is the goal xy).
+    """
+    u = gym_env.unwrapped
+    goal = np.array(goal_xy, np.float64)
+    u.set_goal(goal_xy=goal)
+    u.set_xy(np.array(init_xy, np.float64))
+    return u.get_ob(), goal.copy()
