@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -226,22 +227,83 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
     )
 
 
+VARIANTS = ("base", "ttt", "ttt-mc")
+
+
+def _env_max_steps(env_id: str) -> int:
+    import gymnasium
+    import ogbench  # noqa: F401
+
+    return int(gymnasium.spec(env_id).max_episode_steps)
+
+
 @cli.command("eval")
 @click.argument("checkpoint")
 @click.option("--episodes", type=int, default=10, show_default=True, help="Episodes per task and seed.")
 @click.option("--tasks", type=str, default="1,2,3,4,5", show_default=True, help="Comma-separated task ids.")
 @click.option("--dir", "directory", type=str, default=None, help="Dataset directory (default: OGBench's).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Evaluation seed (start/goal noise).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Evaluation seed (start/goal noise, TTT keys).")
 @click.option("--json", "json_out", type=str, default=None, help="Write per-episode results to this JSON file.")
 @click.option("--dataset", type=str, default=None, help="Dataset to evaluate on (default: the checkpoint's).")
-def eval_cmd(checkpoint, episodes, tasks, directory, seed, json_out, dataset):
-    """Evaluate a checkpoint without TTT (base) on OGBench's CPU environment: success per task and seed."""
+@click.option(
+    "--variants",
+    type=str,
+    default="base",
+    show_default=True,
+    help="Comma-separated: base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (GC-TTT without critic).",
+)
+@click.option("--K", "K", type=int, default=100, show_default=True, help="TTT period: environment steps per round.")
+@click.option("--N", "N", type=int, default=100, show_default=True, help="Fine-tuning steps per round.")
+@click.option("--lr", type=float, default=3e-4, show_default=True, help="Fine-tuning learning rate.")
+@click.option("--q", type=float, default=0.05, show_default=True, help="Fraction of relevant sub-trajectories kept.")
+@click.option("--eps", type=float, default=None, help="Relevance radius (default: the environment's goal threshold).")
+@click.option("--h-min", type=int, default=10, show_default=True, help="Shortest sub-trajectory with a critic.")
+@click.option("--mix", type=float, default=0.0, show_default=True, help="Fraction of TTT batches drawn uniformly.")
+@click.option("--batch", type=int, default=None, help="TTT batch size (default: the pre-training one).")
+@click.option(
+    "--driver",
+    type=click.Choice(["auto", "compiled", "host"]),
+    default="auto",
+    show_default=True,
+    help="compiled: whole episodes as one program (envs with a JAX implementation); host: OGBench's gym env.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["mujoco", "mjx"]),
+    default="mujoco",
+    show_default=True,
+    help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (for GPUs).",
+)
+@click.option("--chunk", type=int, default=25, show_default=True, help="Episodes per compiled program call.")
+def eval_cmd(
+    checkpoint,
+    episodes,
+    tasks,
+    directory,
+    seed,
+    json_out,
+    dataset,
+    variants,
+    K,
+    N,
+    lr,
+    q,
+    eps,
+    h_min,
+    mix,
+    batch,
+    driver,
+    backend,
+    chunk,
+):
+    """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
     import json
 
     from ttt.data.files import load
     from ttt.data.specs import get_spec
-    from ttt.evaluate import evaluate_base
-    from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta
+    from ttt.envs import has_jax_env
+    from ttt.evaluate import evaluate
+    from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
 
     meta = read_meta(checkpoint)
     try:
@@ -250,23 +312,72 @@ def eval_cmd(checkpoint, episodes, tasks, directory, seed, json_out, dataset):
         raise TttError(f"--tasks must be comma-separated integers, got '{tasks}'") from None
     if episodes < 1:
         raise TttError(f"--episodes must be >= 1, got {episodes}")
+    if chunk < 1:
+        raise TttError(f"--chunk must be >= 1 episodes, got {chunk}")
+    names = tuple(v.strip() for v in variants.split(",") if v.strip())
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or not names:
+        raise TttError(f"unknown variant(s) {', '.join(bad) or '(none)'}; valid: {', '.join(VARIANTS)}")
     dataset = meta["dataset"] if dataset is None else dataset
     spec = get_spec(dataset)
     check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, checkpoint)
+    max_steps = _env_max_steps(spec.env_id)
+    bad_tasks = [t for t in task_ids if not 1 <= t <= 5]
+    if bad_tasks:
+        raise TttError(f"--tasks: task {bad_tasks[0]} does not exist in {spec.env_id}; valid: 1..5")
+    if driver == "auto":
+        driver = "compiled" if has_jax_env(spec.env_id) else "host"
+    elif driver == "compiled" and not has_jax_env(spec.env_id):
+        raise TttError(f"--driver compiled: {spec.env_id} has no in-program environment; use --driver host")
+    from ttt.agents import get_backbone
+    from ttt.pretrain import backbone_config
+
+    cfg, sampler = backbone_config(meta), sampler_config(meta)
+    setups = {}
+    for name in names:
+        setups[name] = _make_setup(
+            name,
+            meta,
+            cfg,
+            sampler,
+            spec,
+            max_steps,
+            driver,
+            backend,
+            dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch),
+        )
+        if name == "ttt" and not get_backbone(meta["backbone"]).has_value(cfg):
+            raise TttError(
+                f"variant ttt needs a value function, which this {meta['agent']} checkpoint lacks; use ttt-mc"
+            )
     data = load(dataset, directory)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
     states, meta = load_checkpoint(checkpoint, meta)
-    with _EpisodeBar(f"eval {meta['agent']}", unit="steps") as bar:
-        res = evaluate_base(
-            states.agent, meta["backbone"], spec.env_id, episodes, task_ids, seed=seed, progress=lambda t, n: bar(t, n)
+    results = {}
+    for name, setup in setups.items():
+        with _EpisodeBar(f"{name} {meta['agent']}") as bar:
+            res = evaluate(
+                setup,
+                states.agent,
+                data,
+                episodes=episodes,
+                tasks=task_ids,
+                seed=seed,
+                driver=driver,
+                batch_size=chunk,
+                progress=bar,
+            )
+        results[name] = res
+        mean, se = res.mean_and_se()
+        n_ep = res.success.size
+        click.echo(
+            f"{name}: {meta['agent']} on {dataset} (step {meta['step']}, {meta['seeds']} seeds x "
+            f"{len(task_ids)} tasks x {episodes} episodes, {driver}): success {mean:.3f} +- {se:.3f} (s.e. over "
+            f"seeds); {n_ep / res.wall_s:.2f} episodes/s"
         )
-    mean, se = res.mean_and_se()
-    click.echo(
-        f"{meta['agent']} on {meta['dataset']} (step {meta['step']}, {meta['seeds']} seeds x "
-        f"{len(task_ids)} tasks x {episodes} episodes): success {mean:.3f} +- {se:.3f} (s.e. over seeds)"
-    )
-    click.echo("per task: " + ", ".join(f"task{t} {r:.2f}" for t, r in zip(task_ids, res.per_task(), strict=True)))
-    click.echo("per seed: " + ", ".join(f"{r:.2f}" for r in res.per_seed()))
+        per_task = zip(task_ids, res.per_task(), strict=True)
+        click.echo("  per task: " + ", ".join(f"task{t} {r:.2f}" for t, r in per_task))
+        click.echo("  per seed: " + ", ".join(f"{r:.2f}" for r in res.per_seed()))
     if json_out:
         from pathlib import Path
 
@@ -275,18 +386,75 @@ def eval_cmd(checkpoint, episodes, tasks, directory, seed, json_out, dataset):
         doc = dict(
             checkpoint=str(checkpoint),
             agent=meta["agent"],
-            dataset=meta["dataset"],
+            dataset=dataset,
             step=meta["step"],
             profile=meta.get("profile"),
             tasks=list(task_ids),
             episodes=episodes,
             seed=seed,
-            mean=mean,
-            se=se,
-            success=res.success.tolist(),
-            steps=res.steps.tolist(),
+            driver=driver,
+            backend=backend,
+            variants={name: _result_doc(res, setups[name]) for name, res in results.items()},
         )
+        # Single-variant runs keep the flat layout of the base evaluation too.
+        if len(results) == 1:
+            only = next(iter(doc["variants"].values()))
+            doc.update({k: only[k] for k in ("mean", "se", "success", "steps")})
         _atomic_write(Path(json_out), lambda f: f.write(json.dumps(doc, indent=1)), mode="w")
+
+
+def _make_setup(name, meta, cfg, sampler, spec, max_steps, driver, backend, kw):
+    """The EvalSetup of one variant; out-of-range settings raise TttError naming the option and its valid range."""
+    from ttt.episode import TTTConfig
+    from ttt.evaluate import EvalSetup
+    from ttt.finetune import FinetuneConfig
+    from ttt.select import SelectConfig
+
+    ttt = None
+    if name != "base":
+        if not 1 <= kw["K"] <= max_steps:
+            raise TttError(f"--K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {kw['K']}")
+        if kw["N"] < 0:
+            raise TttError(f"--N (fine-tuning steps per round) must be >= 0, got {kw['N']}")
+        if not 0 < kw["q"] <= 1:
+            raise TttError(f"--q (fraction of relevant sub-trajectories kept) must be in (0, 1], got {kw['q']}")
+        if kw["eps"] is not None and not kw["eps"] > 0:
+            raise TttError(f"--eps (relevance radius) must be > 0, got {kw['eps']}")
+        if not kw["lr"] > 0:
+            raise TttError(f"--lr must be > 0, got {kw['lr']}")
+        if not 0 <= kw["mix"] <= 1:
+            raise TttError(f"--mix must be in [0, 1], got {kw['mix']}")
+        if kw["h_min"] < 1:
+            raise TttError(f"--h-min must be >= 1, got {kw['h_min']}")
+        if kw["batch"] is not None and kw["batch"] < 1:
+            raise TttError(f"--batch must be >= 1, got {kw['batch']}")
+        try:
+            ttt = TTTConfig(
+                K=kw["K"],
+                select=SelectConfig(
+                    q=kw["q"],
+                    eps_rel=kw["eps"],
+                    h_min=kw["h_min"],
+                    mode="critic" if name == "ttt" else "mc",
+                    mix=kw["mix"],
+                ),
+                finetune=FinetuneConfig(steps=kw["N"], lr=kw["lr"], batch_size=kw["batch"]),
+            )
+        except ValueError as e:
+            raise TttError(str(e)) from None
+    return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps, backend)
+
+
+def _result_doc(res, setup) -> dict:
+    import dataclasses as dc
+
+    mean, se = res.mean_and_se()
+    doc = dict(mean=mean, se=se, success=res.success.tolist(), steps=res.steps.tolist(), wall_s=res.wall_s)
+    doc["episodes_per_s"] = res.success.size / res.wall_s if res.wall_s else None
+    if setup.ttt is not None:
+        doc["ttt"] = json.loads(json.dumps(dc.asdict(setup.ttt), default=str))
+        doc["rounds"] = {k: v.tolist() for k, v in (res.rounds or {}).items()}
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:

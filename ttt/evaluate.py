@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -20,6 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ttt.agents import get_backbone
+from ttt.data.sampler import SamplerConfig
+from ttt.data.specs import DatasetSpec
+from ttt.episode import TTTConfig, make_episodes, make_round_fns, n_rounds
 from ttt.errors import TttError
 
 
@@ -28,6 +33,11 @@ class EvalResult:
     success: np.ndarray  # (seeds, tasks, episodes) in {0, 1}
     steps: np.ndarray  # (seeds, tasks, episodes) environment steps taken
     tasks: tuple[int, ...]
+    rounds: dict[str, np.ndarray] | None = None  # (seeds, tasks, episodes, rounds) per-round TTT metrics
+    observations: np.ndarray | None = None  # (seeds, tasks, episodes, L, obs) observation after each step
+    starts: np.ndarray | None = None  # (seeds, tasks, episodes, obs)
+    goals: np.ndarray | None = None  # (seeds, tasks, episodes, obs)
+    wall_s: float | None = None  # seconds the evaluation took (compile included)
 
     def per_seed(self) -> np.ndarray:
         """Success rate of each seed over all tasks and episodes."""
@@ -121,3 +131,316 @@ def evaluate_base(
 def _by_seed(x: np.ndarray, n_seeds: int) -> jnp.ndarray:
     """(envs, dim) ordered env-major with the seed fastest -> (seeds, envs / seeds, dim)."""
     return jnp.asarray(x.reshape(-1, n_seeds, x.shape[-1]).transpose(1, 0, 2))
+
+
+# ------------------------------------------------------------------------------------------- GC-TTT evaluation
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSetup:
+    """Everything static about one evaluation: the backbone configuration, dataset spec, TTT settings (None:
+    base policy), episode length and the environment backend."""
+
+    backbone: str
+    cfg: Any
+    sampler: SamplerConfig
+    spec: DatasetSpec
+    ttt: TTTConfig | None
+    max_steps: int
+    backend: str = "mujoco"
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeBatch:
+    """The (seed, task, episode) grid flattened task-major, seed fastest, with each element's keys.
+
+    The reset key depends on (task, episode) only, so every seed faces the same starts and goals; the TTT key
+    also on the seed. Keys come from `fold_in`, so they do not depend on batch size or device count.
+    """
+
+    seed_idx: np.ndarray  # (B,) int32
+    task: np.ndarray  # (B,) int32, 1-based
+    episode: np.ndarray  # (B,) int32
+    reset_keys: jax.Array  # (B,) typed keys
+    ttt_keys: jax.Array  # (B,) typed keys
+
+    def __len__(self) -> int:
+        return len(self.seed_idx)
+
+    def take(self, idx: np.ndarray) -> EpisodeBatch:
+        return EpisodeBatch(*(x[idx] for x in dataclasses.astuple(self)))
+
+
+def episode_batch(seed: int, n_seeds: int, tasks: tuple[int, ...], episodes: int) -> EpisodeBatch:
+    grid = np.array([(s, t, e) for t in tasks for e in range(episodes) for s in range(n_seeds)], np.int32)
+    root = jax.random.key(seed)
+    k_reset, k_ttt = jax.random.split(root)
+
+    def keys(s, t, e):
+        r = jax.random.fold_in(jax.random.fold_in(k_reset, t), e)
+        k = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(k_ttt, s), t), e)
+        return r, k
+
+    reset_keys, ttt_keys = jax.jit(jax.vmap(keys))(grid[:, 0], grid[:, 1], grid[:, 2])
+    return EpisodeBatch(grid[:, 0], grid[:, 1], grid[:, 2], reset_keys, ttt_keys)
+
+
+def _gather(tree, idx):
+    """Element `idx` of a seed-stacked pytree (array leaves only; None stays None)."""
+    return jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
+
+
+def make_compiled(setup: EvalSetup, max_traces: int | None = None):
+    """The jitted batch program `(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks) ->
+    EpisodeOut[B]` (`episode.make_episodes` on each element's seed of the seed-stacked agents); shard its batch
+    inputs to spread it over devices."""
+    episodes = make_episodes(setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.max_steps)
+
+    def program(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks):
+        opt0 = None if opt_states is None else _gather(opt_states, seed_idx)
+        return episodes(_gather(agents, seed_idx), opt0, env, data, reset_keys, ttt_keys, tasks)
+
+    if max_traces is not None:
+        program = eqx.debug.assert_max_traces(program, max_traces=max_traces)
+    return eqx.filter_jit(program)
+
+
+def make_host_fns(setup: EvalSetup):
+    """Jitted, batch-vmapped `(prepare, adapt, act)` for the host driver: the same pure functions the compiled
+    episode uses (`episode.make_round_fns`)."""
+    if setup.ttt is not None:
+        prepare, adapt, act = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt)
+    else:
+        backbone = get_backbone(setup.backbone)
+        prepare = adapt = None
+
+        def act(agent, obs, goal, key):
+            return backbone.act(agent, obs, goal, key, 0.0)
+
+    def prepare_b(agents, seed_idx, data, goal):
+        return prepare(_gather(agents, seed_idx), data, goal)
+
+    def adapt_b(agents, opt_states, seed_idx, key, data, tables, obs, goal):
+        opt0 = None if opt_states is None else _gather(opt_states, seed_idx)
+        return adapt(_gather(agents, seed_idx), opt0, key, data, tables, obs, goal)
+
+    def base_b(agents, seed_idx):
+        return _gather(agents, seed_idx)
+
+    jit_vmap = lambda f, axes: eqx.filter_jit(eqx.filter_vmap(f, in_axes=axes))  # noqa: E731
+    return (
+        jit_vmap(prepare_b, (None, 0, None, 0)) if prepare else None,
+        jit_vmap(adapt_b, (None, None, 0, 0, None, 0, 0, 0)) if adapt else None,
+        jit_vmap(act, (0, 0, 0, 0)),
+        jit_vmap(base_b, (None, 0)),
+    )
+
+
+def run_host(
+    setup: EvalSetup,
+    agents,
+    opt_states,
+    data,
+    batch: EpisodeBatch,
+    seed: int = 0,
+    fns=None,
+    gym_kwargs: dict | None = None,
+) -> dict[str, np.ndarray]:
+    """The host driver: OGBench's gymnasium environments stepped from Python, in lockstep over the batch, with
+    the jitted batch `prepare` / `adapt` / `act`. Starts and goals come from the in-program environment's
+    `sample_start_goal` with the same reset keys where one exists (so both paths face the same episodes), else
+    from the gymnasium reset seeded per (task, episode)."""
+    from ttt.envs import has_jax_env, impose_start_goal
+    from ttt.envs import make_env as make_jax_env
+    from ttt.episode import round_keys
+
+    prepare_b, adapt_b, act_b, base_b = fns or make_host_fns(setup)
+    B, L = len(batch), setup.max_steps
+    K = L if setup.ttt is None else setup.ttt.K
+    R = n_rounds(L, setup.ttt)
+    envs, obs, goals = [], [], []
+    jax_env = make_jax_env(setup.spec.env_id, backend="mujoco") if has_jax_env(setup.spec.env_id) else None
+    if jax_env is not None:
+        starts, goal_xy = jax.jit(jax.vmap(jax_env.sample_start_goal))(batch.reset_keys, jnp.asarray(batch.task))
+        starts, goal_xy = np.asarray(starts), np.asarray(goal_xy)
+    for b in range(B):
+        env = make_env(setup.spec.env_id, **(gym_kwargs or {}))
+        task = int(batch.task[b])
+        ep_seed = int(np.random.SeedSequence([seed, int(batch.task[b]), int(batch.episode[b])]).generate_state(1)[0])
+        np.random.seed(ep_seed)
+        o, info = env.reset(seed=ep_seed, options=dict(task_id=task))
+        g = info["goal"]
+        if jax_env is not None:
+            o, g = impose_start_goal(env, starts[b], goal_xy[b])
+        envs.append(env)
+        obs.append(np.asarray(o, np.float32))
+        goals.append(np.asarray(g, np.float32))
+    obs, goals = np.stack(obs), np.stack(goals)
+    start = obs.copy()
+    seed_idx = jnp.asarray(batch.seed_idx)
+    done = np.zeros(B, bool)
+    success = np.zeros(B, bool)
+    steps = np.zeros(B, np.int32)
+    traj = np.zeros((B, L, obs.shape[-1]), np.float32)
+    acts = np.zeros((B, L, setup.spec.action_dim), np.float32)
+    metrics: dict[str, list] = {}
+    tables = prepare_b(agents, seed_idx, data, jnp.asarray(goals)) if prepare_b else None
+    keys = jax.jit(jax.vmap(round_keys, in_axes=(0, None)))
+    fold = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
+    for r in range(R):
+        k_adapt, k_act = keys(batch.ttt_keys, r)
+        if adapt_b is not None and not done.all():
+            o, g = jnp.asarray(obs), jnp.asarray(goals)
+            agent_r, m = adapt_b(agents, opt_states, seed_idx, k_adapt, data, tables, o, g)
+        else:  # base policy, or every episode already ended: nothing left to adapt
+            agent_r, m = base_b(agents, seed_idx), _empty_round_metrics_np(B)
+        idle = _empty_round_metrics_np(B)
+        m = {k: np.where(done, idle[k], np.asarray(v)) for k, v in m.items()}  # ended episodes: idle rounds
+        m["active"] = ~done
+        for k, v in m.items():
+            metrics.setdefault(k, []).append(np.asarray(v))
+        for i in range(K):
+            t = r * K + i
+            if t >= L:
+                break
+            if done.all():
+                traj[:, t:] = obs[:, None]
+                break
+            a = np.asarray(act_b(agent_r, jnp.asarray(obs), jnp.asarray(goals), fold(k_act, i)))
+            for b in np.flatnonzero(~done):
+                o, _, terminated, truncated, info = envs[b].step(a[b])
+                obs[b] = o
+                acts[b, t] = a[b]
+                steps[b] += 1
+                if info["success"]:
+                    success[b] = True
+                if terminated or truncated or steps[b] >= L:
+                    done[b] = True
+            traj[:, t] = obs
+    for env in envs:
+        env.close()
+    rounds = {k: np.stack(v, axis=1) for k, v in metrics.items()}  # (B, R)
+    return dict(success=success, steps=steps, start=start, goal=goals, observations=traj, actions=acts, rounds=rounds)
+
+
+def _empty_round_metrics_np(B: int) -> dict[str, np.ndarray]:
+    nan = np.full(B, np.nan, np.float32)
+    zero = np.zeros(B, np.int32)
+    return dict(
+        n_rel=zero,
+        n_selected=zero,
+        threshold=nan,
+        empty=np.ones(B, bool),
+        n_train_rows=zero,
+        reach_frac=nan,
+        loss_first=nan,
+        loss_last=nan,
+    )
+
+
+def batch_sharding(n_devices: int | None = None):
+    """`(batch, replicated)` NamedShardings over a 1-d mesh of the first `n_devices` devices (default: all)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    devices = jax.devices()
+    n = len(devices) if n_devices is None else n_devices
+    if not 1 <= n <= len(devices):
+        raise TttError(f"devices must be in [1, {len(devices)}] (the devices JAX sees), got {n}")
+    mesh = Mesh(np.array(devices[:n]), ("batch",))
+    return NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
+
+
+def evaluate(
+    setup: EvalSetup,
+    agents,
+    data,
+    *,
+    episodes: int,
+    tasks: tuple[int, ...] = (1, 2, 3, 4, 5),
+    seed: int = 0,
+    opt_states=None,
+    driver: str = "compiled",
+    batch_size: int | None = None,
+    n_devices: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    env=None,
+) -> EvalResult:
+    """Evaluate seed-stacked `agents` (base if `setup.ttt` is None, else GC-TTT) on `tasks` x `episodes` per seed.
+
+    driver 'compiled': whole episodes as one jitted program vmapped over a batch of `batch_size` (default: all)
+    (seed, task, episode) elements, sharded over `n_devices` devices (the batch is padded to a multiple of the
+    device count and of `batch_size` with repeats that are dropped); the in-program env (`setup.backend`).
+    driver 'host': OGBench's gymnasium env stepped from Python with the same jitted round functions.
+    """
+    if driver not in ("compiled", "host"):
+        raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
+    n_seeds = int(jax.tree.leaves(eqx.filter(agents, eqx.is_array))[0].shape[0])
+    eb = episode_batch(seed, n_seeds, tuple(tasks), episodes)
+    total = len(eb)
+    batch_sh, repl = batch_sharding(n_devices if driver == "compiled" else 1)
+    n_dev = batch_sh.mesh.size
+    bs = total if batch_size is None else batch_size
+    if bs < 1:
+        raise TttError(f"batch size must be >= 1 episodes, got {bs}")
+    bs = -(-min(bs, total) // n_dev) * n_dev  # a multiple of the device count
+    t0 = time.perf_counter()
+    outs = []
+    if driver == "compiled":
+        from ttt.envs import make_env as make_jax_env
+
+        env = make_jax_env(setup.spec.env_id, backend=setup.backend) if env is None else env
+        program = make_compiled(setup)
+        put = lambda x, sh: jax.device_put(x, sh)  # noqa: E731
+        agents_r, opt_r, data_r = (put(x, repl) if x is not None else None for x in (agents, opt_states, data))
+    else:
+        fns = make_host_fns(setup)
+    if progress:
+        progress(0, total)
+    for start in range(0, total, bs):
+        idx = np.arange(start, start + bs)
+        idx = np.minimum(idx, total - 1)  # pad the last batch with repeats of its last element
+        sub = eb.take(idx)
+        if driver == "compiled":
+            out = program(
+                agents_r,
+                opt_r,
+                env,
+                data_r,
+                put(jnp.asarray(sub.seed_idx), batch_sh),
+                put(sub.reset_keys, batch_sh),
+                put(sub.ttt_keys, batch_sh),
+                put(jnp.asarray(sub.task), batch_sh),
+            )
+            out = jax.tree.map(np.asarray, out)
+            out = dict(
+                success=out.success,
+                steps=out.steps,
+                start=out.start,
+                goal=out.goal,
+                observations=out.observations,
+                rounds=out.rounds,
+            )
+        else:
+            out = run_host(setup, agents, opt_states, data, sub, seed=seed, fns=fns)
+        n_real = min(bs, total - start)
+        outs.append(jax.tree.map(lambda x, n=n_real: x[:n], out))
+        if progress:
+            progress(start + n_real, total)
+    wall = time.perf_counter() - t0
+    cat = jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
+    shape = (len(tasks), episodes, n_seeds)
+
+    def grid(x):  # (B, ...) task-major, seed fastest -> (seeds, tasks, episodes, ...)
+        x = x.reshape(shape + x.shape[1:])
+        return np.moveaxis(x, 2, 0)
+
+    return EvalResult(
+        success=grid(cat["success"]).astype(np.float32),
+        steps=grid(cat["steps"]),
+        tasks=tuple(tasks),
+        rounds={k: grid(v) for k, v in cat["rounds"].items()},
+        observations=grid(cat["observations"]),
+        starts=grid(cat["start"]),
+        goals=grid(cat["goal"]),
+        wall_s=wall,
+    )

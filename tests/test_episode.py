@@ -1,0 +1,199 @@
+"""The compiled receding-horizon episode on a wall-free point env: batch = loop, equals a hand-written Python loop
+over the same pure round functions (periodic resets to the pre-trained agent), empty selection = base policy,
+termination at the goal, config errors, one trace, and sharding over 2 forced CPU devices."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ttt.data.dataset import Dataset
+from ttt.data.specs import get_spec
+from ttt.envs.toy import OpenPoint
+from ttt.episode import TTTConfig, make_episode, make_episodes, make_round_fns, round_keys
+from ttt.finetune import FinetuneConfig
+from ttt.presets import make_configs
+from ttt.pretrain import init_state
+from ttt.select import SelectConfig
+
+NAV = "pointmaze-medium-navigate-v0"
+SPEC = get_spec(NAV)  # pointmaze goal coordinates (obs[:2]) and threshold 1.0
+L = 24
+
+
+def toy_dataset(episodes=12, length=20, seed=0) -> Dataset:
+    rng = np.random.default_rng(seed)
+    obs, act, term = [], [], []
+    for _ in range(episodes):
+        start = rng.uniform(-3, 3, 2)
+        a = rng.uniform(-1, 1, 2)
+        for t in range(length):
+            obs.append(start + 0.2 * t * a)
+            act.append(a)
+            term.append(t == length - 1)
+    return Dataset.from_arrays(np.array(obs, np.float32), np.array(act, np.float32), np.array(term))
+
+
+DATA = toy_dataset()
+CFG, SAMPLER = make_configs(
+    "gcbc", SPEC, "cpu", {"actor_hidden_dims": (16, 16), "value_hidden_dims": (16, 16), "batch_size": 16}
+)
+ENV = OpenPoint([[0.0, 0.0], [1.0, -1.0]], [[3.0, 3.0], [-2.0, 2.0]], noise=0.1, max_steps=L)
+
+
+def ttt_cfg(mode="critic", **sel):
+    return TTTConfig(
+        K=8, select=SelectConfig(q=0.3, mode=mode, h_min=3, **sel), finetune=FinetuneConfig(steps=3), value_chunk=50
+    )
+
+
+def agents(n):
+    keys = jax.random.split(jax.random.key(0), n)
+    return eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, CFG).agent)(keys)
+
+
+def leaves(tree):
+    return [np.asarray(x) for x in jax.tree.leaves(eqx.filter(tree, eqx.is_array))]
+
+
+def keys_tasks(n):
+    return jax.random.split(jax.random.key(1), n), jax.random.split(jax.random.key(2), n), jnp.arange(n) % 2 + 1
+
+
+@pytest.mark.parametrize("mode", ["critic", "mc"])
+def test_batch_equals_single_episodes(mode):
+    ttt = ttt_cfg(mode)
+    episodes = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))
+    episode = eqx.filter_jit(make_episode("gcbc", CFG, SAMPLER, SPEC, ttt, L))
+    ag = agents(3)
+    rk, tk, tasks = keys_tasks(3)
+    out = episodes(ag, None, ENV, DATA, rk, tk, tasks)
+    assert out.observations.shape == (3, L, 2) and out.rounds["n_rel"].shape == (3, 3)
+    for b in range(3):
+        one = episode(
+            jax.tree.map(lambda x, b=b: x[b] if eqx.is_array(x) else x, ag), None, ENV, DATA, rk[b], tk[b], tasks[b]
+        )
+        for x, y in zip(leaves(one), leaves(out), strict=True):
+            np.testing.assert_allclose(x, y[b], rtol=1e-5, atol=1e-6)
+    assert (np.asarray(out.rounds["n_selected"]) > 0).any()  # the test exercises real selections
+
+
+def test_compiled_episode_equals_python_loop_with_resets():
+    """Round r fine-tunes from the PRE-TRAINED agent at the state reached so far (never from round r-1's)."""
+    ttt = ttt_cfg()
+    ag = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, agents(1))
+    rk, tk, tasks = keys_tasks(1)
+    out = eqx.filter_jit(make_episode("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk[0], tk[0], tasks[0])
+    prepare, adapt, act = (eqx.filter_jit(f) for f in make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt))
+    state, obs, goal = ENV.reset(rk[0], tasks[0])
+    tables = prepare(ag, DATA, goal)
+    traj, n_sel = [], []
+    done = False
+    for r in range(3):
+        k_adapt, k_act = round_keys(tk[0], r)
+        agent_r, m = adapt(ag, None, k_adapt, DATA, tables, obs, goal)
+        n_sel.append(int(m["n_selected"]))
+        for i in range(8):
+            if not done:
+                a = act(agent_r, obs, goal, jax.random.fold_in(k_act, i))
+                state, obs, hit = ENV.step(state, a)
+                done = bool(hit) or r * 8 + i + 1 >= L
+            traj.append(np.asarray(obs))
+    np.testing.assert_allclose(np.asarray(out.observations), np.stack(traj), rtol=1e-5, atol=1e-5)
+    assert list(np.asarray(out.rounds["n_selected"])) == n_sel and max(n_sel) > 0
+
+
+def test_empty_selection_is_the_base_policy():
+    ttt = ttt_cfg(eps_rel=1e-6)  # nothing is relevant
+    ag = agents(2)
+    rk, tk, tasks = keys_tasks(2)
+    out = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk, tk, tasks)
+    base = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, None, L))(ag, None, ENV, DATA, rk, tk, tasks)
+    assert np.asarray(out.rounds["empty"]).all() and (np.asarray(out.rounds["n_rel"]) == 0).all()
+    np.testing.assert_array_equal(np.asarray(out.observations), np.asarray(base.observations))
+
+
+def test_episode_ends_at_the_goal_and_later_rounds_are_idle():
+    env = OpenPoint([[0.0, 0.0]], [[0.0, 1.1]], noise=0.0, max_steps=L)  # one step towards +y reaches the goal
+    ttt = ttt_cfg()
+    ag = agents(2)
+    rk, tk, _ = keys_tasks(2)
+    out = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))(
+        ag, None, env, DATA, rk, tk, jnp.array([1, 1])
+    )
+    steps = np.asarray(out.steps)
+    obs = np.asarray(out.observations)
+    for b in range(2):
+        if bool(out.success[b]):
+            n = steps[b]
+            assert (
+                np.linalg.norm(obs[b, n - 1] - [0.0, 1.1]) <= 1.0 < np.linalg.norm(obs[b, n - 2] - [0.0, 1.1])
+                if n >= 2
+                else True
+            )
+            assert (obs[b, n - 1 :] == obs[b, n - 1]).all()  # frozen after success
+        else:
+            assert steps[b] == L
+    active = np.asarray(out.rounds["active"])
+    assert active[:, 0].all()
+    if np.asarray(out.success).all() and steps.max() <= 8:
+        assert not active[:, 1:].any() and np.asarray(out.rounds["empty"])[:, 1:].all()
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match=r"K must be in \[1, 24\]"):
+        make_episodes("gcbc", CFG, SAMPLER, SPEC, TTTConfig(K=25), L)
+    with pytest.raises(ValueError, match="K must be an int >= 1"):
+        TTTConfig(K=0)
+    no_critic, sampler = make_configs("gcbc", SPEC, "cpu", {"with_critic": False})
+    with pytest.raises(ValueError, match="use select mode 'mc'"):
+        make_episodes("gcbc", no_critic, sampler, SPEC, TTTConfig(K=8), L)
+    make_episodes("gcbc", no_critic, sampler, SPEC, TTTConfig(K=8, select=SelectConfig(mode="mc")), L)
+
+
+def test_one_trace_per_configuration():
+    episodes = eqx.filter_jit(
+        eqx.debug.assert_max_traces(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(), L), max_traces=1)
+    )
+    for seed in (0, 1):
+        rk, tk, tasks = keys_tasks(2)
+        episodes(agents(2), None, ENV, DATA, jax.random.split(jax.random.key(seed), 2), tk, tasks[::-1])
+
+
+SHARD_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax, numpy as np
+    sys.path.insert(0, {tests!r})
+    import test_episode as t
+    from ttt.evaluate import EvalSetup, evaluate
+    setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
+    out = {{}}
+    for n in (1, 2):
+        res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, n_devices=n, batch_size=4)
+        out[n] = dict(success=res.success.tolist(), obs=res.observations.tolist(),
+                      n_sel=res.rounds["n_selected"].tolist())
+    print(json.dumps(dict(devices=len(jax.devices()), same=out[1] == out[2], n_sel=out[1]["n_sel"])))
+    """
+)
+
+
+def test_two_forced_cpu_devices_give_the_same_results(tmp_path):
+    script = tmp_path / "shard.py"
+    script.write_text(SHARD_SCRIPT.format(tests=os.path.dirname(__file__)))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["devices"] == 2 and doc["same"]
+    assert np.asarray(doc["n_sel"]).max() > 0

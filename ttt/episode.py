@@ -1,0 +1,274 @@
+"""The receding-horizon GC-TTT episode as pure functions and as one program (DESIGN.md §2-3).
+
+Three pure pieces, shared by the compiled episode and the host driver:
+
+- `prepare(agent, data, goal) -> GoalTables`: once per episode, the values `V(s_j | g*)` of every row (chunked
+  dataset pass) and `select.precompute` (rewards, ends, returns, eligible starts);
+- `adapt(agent0, opt_state0, key, data, tables, obs, goal) -> (agent, metrics)`: one round: relevance, top
+  fraction, training weights and N fine-tuning steps from the pre-trained `agent0` (reset is structural: `agent0`
+  never changes); an empty selection keeps `agent0`;
+- `act(agent, obs, goal, key) -> action`: the mean action.
+
+`make_episodes` composes them with an in-program environment (`ttt.envs.Env`) into one program over a batch of
+(seed, task, episode) elements: `episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks) ->
+EpisodeOut`, a `lax.scan` over rounds, each round `adapt` (vmapped over the batch) then a `lax.scan` over K
+environment steps; `make_episode` is the single-episode view (vmap it). `ttt.evaluate` runs batches, sharded over
+devices. With `ttt=None` the same program evaluates the base policy.
+
+Keys: the round `r` uses `fold_in(ttt_key, r)` split into (adapt, act), adapt's into (select, fine-tune); step `i`
+of a round acts with `fold_in(k_act, i)`. The host driver uses the same keys, so both paths make the same selections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from ttt.agents import get_backbone
+from ttt.data.dataset import Dataset
+from ttt.data.sampler import SamplerConfig
+from ttt.data.specs import DatasetSpec
+from ttt.finetune import FinetuneConfig, make_finetune
+from ttt.select import GoalTables, SelectConfig, precompute, select_round
+
+ROUND_METRICS = (
+    "n_rel",
+    "n_selected",
+    "threshold",
+    "empty",
+    "n_train_rows",
+    "reach_frac",
+    "loss_first",
+    "loss_last",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TTTConfig:
+    """Static GC-TTT settings: period `K` (environment steps per round), selection and fine-tuning, and the rows
+    per chunk of the once-per-episode dataset value pass (memory only, not results)."""
+
+    K: int = 100
+    select: SelectConfig = SelectConfig()
+    finetune: FinetuneConfig = FinetuneConfig()
+    value_chunk: int = 4096
+
+    def __post_init__(self):
+        if not (isinstance(self.K, int) and not isinstance(self.K, bool) and self.K >= 1):
+            raise ValueError(f"TTT period K must be an int >= 1, got {self.K!r}")
+        if not (isinstance(self.value_chunk, int) and self.value_chunk >= 1):
+            raise ValueError(f"value_chunk must be an int >= 1, got {self.value_chunk!r}")
+
+
+class EpisodeOut(eqx.Module):
+    """One episode: success, steps taken (to success or the limit), the observation after every step (frozen
+    once the episode ended), the actions, and per-round selection/fine-tuning metrics (`ROUND_METRICS`)."""
+
+    success: Bool[Array, ""]
+    steps: Int[Array, ""]
+    start: Float[Array, " obs"]
+    goal: Float[Array, " obs"]
+    observations: Float[Array, "L obs"]
+    actions: Float[Array, "L act"]
+    rounds: dict[str, Array]
+
+
+def n_rounds(max_steps: int, ttt: TTTConfig | None) -> int:
+    return 1 if ttt is None else math.ceil(max_steps / ttt.K)
+
+
+def round_keys(ttt_key: PRNGKeyArray, r: Int[Array, ""] | int) -> tuple[PRNGKeyArray, PRNGKeyArray]:
+    """(adapt, act) keys of round `r`; `adapt` splits its key into (select, fine-tune)."""
+    k_adapt, k_act = jax.random.split(jax.random.fold_in(ttt_key, r))
+    return k_adapt, k_act
+
+
+def dataset_values(
+    value_fn, agent, observations: Float[Array, "rows obs"], goal: Float[Array, " obs"], chunk: int
+) -> Float[Array, " rows"]:
+    """`value_fn(agent, s_j, goal)` for every row, `chunk` rows at a time (`lax.map`), so memory stays bounded."""
+    n, d = observations.shape
+    chunk = min(chunk, n)
+    pad = (-n) % chunk
+    obs = jnp.pad(observations, ((0, pad), (0, 0))).reshape(-1, chunk, d)
+    values = jax.lax.map(lambda o: value_fn(agent, o, jnp.broadcast_to(goal, o.shape)), obs)
+    return values.reshape(-1)[:n]
+
+
+def make_round_fns(backbone_name: str, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig):
+    """`(prepare, adapt, act)` for one configuration (see the module docstring); all pure, unjitted, unbatched."""
+    backbone = get_backbone(backbone_name)
+    sel = ttt.select
+    needs_values = sel.mode == "critic" or (sel.mode == "fixed" and backbone.has_value(cfg))
+    if sel.mode == "critic" and not backbone.has_value(cfg):
+        raise ValueError(f"{backbone_name} has no value function under this config; use select mode 'mc' (critic-free)")
+    if sel.relevance == "value" and not backbone.has_value(cfg):
+        raise ValueError(f"value relevance needs a value function, which {backbone_name} lacks under this config")
+    finetune = make_finetune(backbone_name, cfg, sampler, ttt.finetune, sel.mix)
+
+    def prepare(agent, data: Dataset, goal: Float[Array, " obs"]) -> GoalTables:
+        values = None
+        if needs_values:
+            values = dataset_values(backbone.value, agent, data.observations, goal, ttt.value_chunk)
+        return precompute(data, spec.goal_coords(goal), values, sel, spec.goal_eps)
+
+    def adapt(agent0, opt_state0, key: PRNGKeyArray, data: Dataset, tables: GoalTables, obs, goal):
+        k_sel, k_ft = jax.random.split(key)
+        row_values = None
+        if sel.relevance == "value":
+            row_values = dataset_values(
+                lambda a, o, g: backbone.value(a, g, o), agent0, data.observations, obs, ttt.value_chunk
+            )  # V(s | s_j): the current state towards every row
+        weights, metrics = select_round(k_sel, tables, data, spec.goal_coords(obs), sel, spec.goal_eps, row_values)
+        tuned, ft_metrics = finetune(agent0, opt_state0, k_ft, data, weights, goal)
+        empty = metrics["empty"]
+        agent = jax.tree.map(
+            lambda a, b: jnp.where(empty, a, b) if eqx.is_array(a) else a,
+            agent0,
+            tuned,
+        )
+        return agent, {**metrics, **ft_metrics}
+
+    def act(agent, obs, goal, key: PRNGKeyArray):
+        return backbone.act(agent, obs, goal, key, 0.0)
+
+    return prepare, adapt, act
+
+
+def empty_round_metrics(batch: int) -> dict[str, Array]:
+    """Round metrics of a round that did not adapt (base policy, or every episode of the batch had ended)."""
+    nan = jnp.full((batch,), jnp.nan, jnp.float32)
+    zero = jnp.zeros((batch,), jnp.int32)
+    return {
+        "n_rel": zero,
+        "n_selected": zero,
+        "threshold": nan,
+        "empty": jnp.ones((batch,), bool),
+        "n_train_rows": zero,
+        "reach_frac": nan,
+        "loss_first": nan,
+        "loss_last": nan,
+    }
+
+
+def _where_tree(pred, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(pred.reshape(pred.shape + (1,) * (x.ndim - pred.ndim)), x, y), a, b)
+
+
+def make_episodes(
+    backbone_name: str, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig | None, max_steps: int
+):
+    """`episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks) -> EpisodeOut` for a batch of B
+    episodes (leading axis B on every argument but `env` and `data`; `opt_states0` may be None). Pure; jit it.
+
+    One `lax.scan` over `ceil(max_steps / K)` rounds; in each, `adapt` (vmapped over the batch) then a `lax.scan`
+    over K environment steps (vmapped `act` and `env.step`). Steps past `max_steps` or after success change
+    nothing (OGBench's `terminate_at_goal`). Once every episode of the batch has ended, later rounds skip their
+    fine-tuning and steps (`lax.cond` on the batch), so small batches stop paying for finished episodes.
+    Results per episode do not depend on the batch it ran in. With `ttt=None` the base policy runs.
+    """
+    if not (isinstance(max_steps, int) and max_steps >= 1):
+        raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
+    if ttt is not None and ttt.K > max_steps:
+        raise ValueError(f"TTT period K must be in [1, {max_steps}] (the episode length), got {ttt.K}")
+    backbone = get_backbone(backbone_name)
+    if ttt is not None:
+        prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt)
+    else:
+        prepare = adapt = None
+
+        def act(agent, obs, goal, key):
+            return backbone.act(agent, obs, goal, key, 0.0)
+
+    K = max_steps if ttt is None else ttt.K
+    R = n_rounds(max_steps, ttt)
+
+    def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks) -> EpisodeOut:
+        B = tasks.shape[0]
+        state, obs, goal = jax.vmap(env.reset)(reset_keys, tasks)
+        tables = None if ttt is None else jax.vmap(prepare, in_axes=(0, None, 0))(agents0, data, goal)
+        opt_axis = None if opt_states0 is None else 0
+        dyn0, static = eqx.partition(agents0, eqx.is_array)
+
+        def round_body(carry, r):
+            state, obs, done, success, steps = carry
+            k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(ttt_keys, r)
+            all_done = jnp.all(done)
+            if ttt is not None:
+
+                def run(obs):
+                    agents, m = jax.vmap(adapt, in_axes=(0, opt_axis, 0, None, 0, 0, 0))(
+                        agents0, opt_states0, k_adapt, data, tables, obs, goal
+                    )
+                    return eqx.filter(agents, eqx.is_array), m
+
+                def skip(obs):
+                    return dyn0, empty_round_metrics(B)
+
+                dyn, metrics = jax.lax.cond(all_done, skip, run, obs)
+                agents = eqx.combine(dyn, static)
+            else:
+                agents, metrics = agents0, empty_round_metrics(B)
+            # An episode that had ended reports an idle round whether or not its batch still ran the round.
+            metrics = {**_where_tree(~done, metrics, empty_round_metrics(B)), "active": ~done}
+
+            def step_body(c, i):
+                state, obs, done, success, steps = c
+                t = r * K + i
+                active = ~done & (t < max_steps)
+                keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(k_act, i)
+                a = jax.vmap(act)(agents, obs, goal, keys)
+                new_state, new_obs, hit = jax.vmap(env.step)(state, a)
+                state = _where_tree(active, new_state, state)
+                obs = jnp.where(active[:, None], new_obs, obs)
+                success = success | (active & hit)
+                steps = steps + active.astype(jnp.int32)
+                done = done | (active & hit) | (t + 1 >= max_steps)
+                return (state, obs, done, success, steps), (obs, jnp.where(active[:, None], a, 0.0))
+
+            def rollout(c):
+                return jax.lax.scan(step_body, c, jnp.arange(K))
+
+            def idle(c):
+                obs = c[1]
+                return c, (jnp.broadcast_to(obs, (K,) + obs.shape), jnp.zeros((K, B, spec.action_dim), obs.dtype))
+
+            carry, traj = jax.lax.cond(all_done, idle, rollout, carry)
+            return carry, (traj, metrics)
+
+        init = (state, obs, jnp.zeros((B,), bool), jnp.zeros((B,), bool), jnp.zeros((B,), jnp.int32))
+        (_, _, _, success, steps), ((obs_t, act_t), metrics) = jax.lax.scan(round_body, init, jnp.arange(R))
+        # (R, K, B, d) -> (B, R * K, d)
+        obs_t = jnp.moveaxis(obs_t.reshape((R * K,) + obs_t.shape[2:]), 0, 1)[:, :max_steps]
+        act_t = jnp.moveaxis(act_t.reshape((R * K,) + act_t.shape[2:]), 0, 1)[:, :max_steps]
+        return EpisodeOut(
+            success=success,
+            steps=steps,
+            start=obs,
+            goal=goal,
+            observations=obs_t,
+            actions=act_t,
+            rounds={k: jnp.moveaxis(v, 0, 1) for k, v in metrics.items()},  # (B, R)
+        )
+
+    return episodes
+
+
+def make_episode(
+    backbone_name: str, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig | None, max_steps: int
+):
+    """`episode(agent0, opt_state0, env, data, reset_key, ttt_key, task) -> EpisodeOut`: one episode (the batched
+    program with a batch of one); `jax.vmap` it over (seed, task, episode) or call `make_episodes` directly."""
+    episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps)
+
+    def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task) -> EpisodeOut:
+        add = lambda tree: jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, tree)  # noqa: E731
+        out = episodes(add(agent0), add(opt_state0), env, data, add(reset_key), add(ttt_key), jnp.asarray(task)[None])
+        return jax.tree.map(lambda x: x[0], out)
+
+    return episode
