@@ -197,3 +197,31 @@ def test_two_forced_cpu_devices_give_the_same_results(tmp_path):
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["devices"] == 2 and doc["same"]
     assert np.asarray(doc["n_sel"]).max() > 0
+
+
+def test_a_variant_composes_from_swapped_transforms():
+    """Swapping the relevance stage for 'every eligible row' and the returns for a constant changes exactly what
+    they should: every round sees all eligible rows as relevant and keeps ceil(q * n_rel) of them."""
+    import dataclasses
+    import math
+
+    from ttt import select
+    from ttt.episode import Transforms
+
+    def everywhere(tables, data, state_xy, cfg, goal_eps, row_values=None):
+        return tables.eligible
+
+    def flat_returns(data, goal_xy, values, cfg, goal_eps):
+        tables = select.precompute(data, goal_xy, values, cfg, goal_eps)
+        return eqx.tree_at(lambda t: t.returns, tables, jnp.zeros_like(tables.returns))
+
+    custom = dataclasses.replace(Transforms(), relevance=everywhere, precompute=flat_returns)
+    ttt = ttt_cfg()
+    ag = agents(2)
+    rk, tk, tasks = keys_tasks(2)
+    out = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L, custom))(ag, None, ENV, DATA, rk, tk, tasks)
+    n_eligible = int(select.precompute(DATA, jnp.zeros(2), jnp.zeros(DATA.n_rows), ttt.select, 1.0).eligible.sum())
+    active = np.asarray(out.rounds["active"])
+    assert (np.asarray(out.rounds["n_rel"])[active] == n_eligible).all()
+    assert (np.asarray(out.rounds["n_selected"])[active] == math.ceil(0.3 * n_eligible)).all()
+    assert (np.asarray(out.rounds["threshold"])[active] == 0.0).all()

@@ -23,18 +23,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
+from ttt import select as _select
 from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
 from ttt.finetune import FinetuneConfig, make_finetune
-from ttt.select import GoalTables, SelectConfig, precompute, select_round
+from ttt.select import GoalTables, SelectConfig, select_round
 
 ROUND_METRICS = (
     "n_rel",
@@ -46,6 +48,24 @@ ROUND_METRICS = (
     "loss_first",
     "loss_last",
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Transforms:
+    """The selection stages a round composes; swap any for a function with the same signature to build a variant
+    (e.g. `dataclasses.replace(Transforms(), relevance=my_relevance)`), then pass it to `make_episodes` or
+    `make_round_fns`. All must be pure and fixed-shape.
+
+    - `precompute(data, goal_xy, values, cfg, goal_eps) -> GoalTables` (once per episode: ends, returns, ...);
+    - `relevance(tables, data, state_xy, cfg, goal_eps, row_values) -> Bool[rows]`;
+    - `select(key, tables, rel, cfg) -> Selection` (the percentile filter);
+    - `weights(tables, data, mask) -> Int[rows]` (training-row weights).
+    """
+
+    precompute: Callable = _select.precompute
+    relevance: Callable = _select.relevance
+    select: Callable = _select.select
+    weights: Callable = _select.train_weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +120,16 @@ def dataset_values(
     return values.reshape(-1)[:n]
 
 
-def make_round_fns(backbone_name: str, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig):
-    """`(prepare, adapt, act)` for one configuration (see the module docstring); all pure, unjitted, unbatched."""
+def make_round_fns(
+    backbone_name: str,
+    cfg,
+    sampler: SamplerConfig,
+    spec: DatasetSpec,
+    ttt: TTTConfig,
+    transforms: Transforms = Transforms(),
+):
+    """`(prepare, adapt, act)` for one configuration (see the module docstring); all pure, unjitted, unbatched.
+    `transforms` supplies the selection stages."""
     backbone = get_backbone(backbone_name)
     sel = ttt.select
     needs_values = sel.mode == "critic" or (sel.mode == "fixed" and backbone.has_value(cfg))
@@ -115,7 +143,7 @@ def make_round_fns(backbone_name: str, cfg, sampler: SamplerConfig, spec: Datase
         values = None
         if needs_values:
             values = dataset_values(backbone.value, agent, data.observations, goal, ttt.value_chunk)
-        return precompute(data, spec.goal_coords(goal), values, sel, spec.goal_eps)
+        return transforms.precompute(data, spec.goal_coords(goal), values, sel, spec.goal_eps)
 
     def adapt(agent0, opt_state0, key: PRNGKeyArray, data: Dataset, tables: GoalTables, obs, goal):
         k_sel, k_ft = jax.random.split(key)
@@ -124,7 +152,18 @@ def make_round_fns(backbone_name: str, cfg, sampler: SamplerConfig, spec: Datase
             row_values = dataset_values(
                 lambda a, o, g: backbone.value(a, g, o), agent0, data.observations, obs, ttt.value_chunk
             )  # V(s | s_j): the current state towards every row
-        weights, metrics = select_round(k_sel, tables, data, spec.goal_coords(obs), sel, spec.goal_eps, row_values)
+        weights, metrics = select_round(
+            k_sel,
+            tables,
+            data,
+            spec.goal_coords(obs),
+            sel,
+            spec.goal_eps,
+            row_values,
+            relevance_fn=transforms.relevance,
+            select_fn=transforms.select,
+            weights_fn=transforms.weights,
+        )
         tuned, ft_metrics = finetune(agent0, opt_state0, k_ft, data, weights, goal)
         empty = metrics["empty"]
         agent = jax.tree.map(
@@ -161,7 +200,13 @@ def _where_tree(pred, a, b):
 
 
 def make_episodes(
-    backbone_name: str, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig | None, max_steps: int
+    backbone_name: str,
+    cfg,
+    sampler: SamplerConfig,
+    spec: DatasetSpec,
+    ttt: TTTConfig | None,
+    max_steps: int,
+    transforms: Transforms = Transforms(),
 ):
     """`episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks) -> EpisodeOut` for a batch of B
     episodes (leading axis B on every argument but `env` and `data`; `opt_states0` may be None). Pure; jit it.
@@ -178,7 +223,7 @@ def make_episodes(
         raise ValueError(f"TTT period K must be in [1, {max_steps}] (the episode length), got {ttt.K}")
     backbone = get_backbone(backbone_name)
     if ttt is not None:
-        prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt)
+        prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt, transforms)
     else:
         prepare = adapt = None
 
@@ -260,11 +305,17 @@ def make_episodes(
 
 
 def make_episode(
-    backbone_name: str, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig | None, max_steps: int
+    backbone_name: str,
+    cfg,
+    sampler: SamplerConfig,
+    spec: DatasetSpec,
+    ttt: TTTConfig | None,
+    max_steps: int,
+    transforms: Transforms = Transforms(),
 ):
     """`episode(agent0, opt_state0, env, data, reset_key, ttt_key, task) -> EpisodeOut`: one episode (the batched
     program with a batch of one); `jax.vmap` it over (seed, task, episode) or call `make_episodes` directly."""
-    episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps)
+    episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps, transforms)
 
     def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task) -> EpisodeOut:
         add = lambda tree: jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, tree)  # noqa: E731

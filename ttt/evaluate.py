@@ -24,7 +24,7 @@ import numpy as np
 from ttt.agents import get_backbone
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
-from ttt.episode import TTTConfig, make_episodes, make_round_fns, n_rounds
+from ttt.episode import Transforms, TTTConfig, make_episodes, make_round_fns, n_rounds
 from ttt.errors import TttError
 
 
@@ -148,6 +148,7 @@ class EvalSetup:
     ttt: TTTConfig | None
     max_steps: int
     backend: str = "mujoco"
+    transforms: Transforms = Transforms()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,7 +195,9 @@ def make_compiled(setup: EvalSetup, max_traces: int | None = None):
     """The jitted batch program `(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks) ->
     EpisodeOut[B]` (`episode.make_episodes` on each element's seed of the seed-stacked agents); shard its batch
     inputs to spread it over devices."""
-    episodes = make_episodes(setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.max_steps)
+    episodes = make_episodes(
+        setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.max_steps, setup.transforms
+    )
 
     def program(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks):
         opt0 = None if opt_states is None else _gather(opt_states, seed_idx)
@@ -209,7 +212,9 @@ def make_host_fns(setup: EvalSetup):
     """Jitted, batch-vmapped `(prepare, adapt, act)` for the host driver: the same pure functions the compiled
     episode uses (`episode.make_round_fns`)."""
     if setup.ttt is not None:
-        prepare, adapt, act = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt)
+        prepare, adapt, act = make_round_fns(
+            setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.transforms
+        )
     else:
         backbone = get_backbone(setup.backbone)
         prepare = adapt = None

@@ -349,16 +349,21 @@ def select_round(
     cfg: SelectConfig,
     goal_eps: float | Float[Array, ""],
     row_values: Float[Array, " rows"] | None = None,
+    *,
+    relevance_fn=None,
+    select_fn=None,
+    weights_fn=None,
 ) -> tuple[Int[Array, " rows"], dict[str, Array]]:
     """One round: relevance -> top fraction -> training-row weights.
 
-    Metrics: `n_rel`, `n_selected`, `threshold` (C, the worst kept score; NaN when empty), `empty` (no relevant
-    row: the caller keeps the pre-trained agent), `n_train_rows` (rows with weight > 0), `reach_frac` (fraction
-    of kept sub-trajectories that reach the goal).
+    The three stages default to `relevance`, `select` and `train_weights`; pass functions with the same
+    signatures to compose a variant. Metrics: `n_rel`, `n_selected`, `threshold` (C, the worst kept score; NaN
+    when empty), `empty` (no relevant row: the caller keeps the pre-trained agent), `n_train_rows` (rows with
+    weight > 0), `reach_frac` (fraction of kept sub-trajectories that reach the goal).
     """
-    rel = relevance(tables, data, state_xy, cfg, goal_eps, row_values)
-    sel = select(key, tables, rel, cfg)
-    weights = train_weights(tables, data, sel.mask)
+    rel = (relevance_fn or relevance)(tables, data, state_xy, cfg, goal_eps, row_values)
+    sel = (select_fn or select)(key, tables, rel, cfg)
+    weights = (weights_fn or train_weights)(tables, data, sel.mask)
     metrics = {
         "n_rel": sel.n_rel,
         "n_selected": sel.n_selected,
