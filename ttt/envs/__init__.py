@@ -1,8 +1,9 @@
 """In-program environments: pure JAX functions of an explicit state (see ``ttt.envs.base.Env``).
 
-``make_env(env_id, backend)`` builds the JAX env of an OGBench gymnasium id. Envs without one
-(``pointmaze-teleport-v0``: random teleports; ``cube-single-v0``: mesh contacts MJX cannot run well)
-use the host driver, which steps OGBench's gymnasium env from Python.
+``make_env(env_id, backend)`` builds the JAX env of an OGBench gymnasium id: every PointMaze maze (medium,
+large, giant, and teleport, whose random exits are drawn from a key carried in the state). Envs without one
+(``cube-single-v0``: mesh contacts MJX cannot run well) use the host driver, which steps OGBench's gymnasium
+env from Python.
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from __future__ import annotations
 from ttt.envs.base import Env, State
 from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
 
-JAX_ENVS: tuple[str, ...] = ("pointmaze-medium-v0", "pointmaze-large-v0", "pointmaze-giant-v0")
+JAX_ENVS: tuple[str, ...] = (
+    "pointmaze-medium-v0",
+    "pointmaze-large-v0",
+    "pointmaze-giant-v0",
+    "pointmaze-teleport-v0",
+)
 
 # OGBench ids this project uses that have no in-program env, and why.
 HOST_ONLY_ENVS: dict[str, str] = {
-    "pointmaze-teleport-v0": "OGBench's step teleports to an exit drawn from numpy's global RNG",
     "cube-single-v0": "its mesh contacts are out of MJX's reach",
 }
 

@@ -1,7 +1,7 @@
 """OGBench's PointMaze as a pure JAX environment, on OGBench's own MjModel.
 
-The maze, its MjModel, the evaluation tasks, the noise and the goal tolerance are all read from an
-OGBench gymnasium env instantiated once per id on the host (``ogbench/locomaze/{maze,point}.py``):
+The maze, its MjModel, the evaluation tasks, the noise, the goal tolerance and the teleports are all read from
+an OGBench gymnasium env instantiated once per id on the host (``ogbench/locomaze/{maze,point}.py``):
 
 - reset: start ``ij_to_xy(init_ij)`` and goal ``ij_to_xy(goal_ij)`` of the task, each coordinate plus
   ``uniform(-1, 1) * noise * maze_unit / 4`` (OGBench's ``add_noise``; the goal only when
@@ -10,7 +10,15 @@ OGBench gymnasium env instantiated once per id on the host (``ogbench/locomaze/{
 - step: ``qpos += 0.2 * clip(a, -1, 1)``, ``qvel = 0``, ``frame_skip`` (5) ``mj_step``s. OGBench's env
   itself does not clip (its evaluation loop and its data generation do), so actions in ``[-1, 1]`` step
   exactly as in OGBench;
-- success (timing 'post'): ``||qpos - goal|| <= goal_tol`` (1.0) after the step.
+- success (timing 'post'): ``||qpos - goal|| <= goal_tol`` (1.0) after the step;
+- teleports (pointmaze-teleport only; OGBench's ``_teleport_info``): after the step and after success is
+  measured, an agent within ``1.5 * teleport_radius`` of an inbound teleport is moved to an outbound teleport
+  drawn uniformly. As in OGBench, the observation that step returns is the position BEFORE the teleport; the
+  state (so the next step) starts from the exit. OGBench draws the exit from numpy's global RNG; here it is
+  drawn from a typed key carried in the state (split at every step, derived from the reset key), so
+  trajectories through a teleport agree with OGBench's in distribution, and exactly once the exit is imposed
+  (``gym_env.unwrapped.set_xy``). OGBench checks the inbound teleports in order and stops at the first match;
+  every match leads to the same draw, so "any match" is the same rule.
 
 Two physics backends (static field ``backend``):
 
@@ -20,8 +28,8 @@ Two physics backends (static field ``backend``):
   argument. Pure XLA, float32; the choice on accelerators.
 
 The solver warm start does not carry information between env steps here (replaying an episode with a fresh
-``MjData`` at every step reproduces OGBench's trajectory bit for bit), so the state needs only ``qpos``.
-pointmaze-teleport has no in-program env: its step teleports to an exit drawn from numpy's global RNG.
+``MjData`` at every step reproduces OGBench's trajectory bit for bit), so the state needs only ``qpos`` (and,
+with teleports, the key of the exit draws).
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ from ttt.envs.base import Env
 
 BACKENDS = ("mujoco", "mjx")
 ACTION_SCALE = 0.2  # ogbench/locomaze/point.py: ``qpos += 0.2 * action``
+TELEPORT_REACH = 1.5  # ogbench/locomaze/maze.py, MazeEnv.step: teleports within ``teleport_radius * 1.5``
+RESET_KEY_DEFAULT = 0  # ``reset_to`` without a key: teleport exits drawn from ``jax.random.key(0)``
+_TELEPORT_STREAM = 0x54454C45  # ``reset`` folds this into its key for the teleport draws ("TELE")
 
 
 def _mjx():
@@ -99,6 +110,9 @@ class _MazeInfo:
     init_xy: np.ndarray  # (tasks, 2) task start cell centres
     goal_xy: np.ndarray  # (tasks, 2) task goal cell centres
     host: _HostPhysics
+    teleport_in_xy: np.ndarray | None  # (inbound, 2) inbound teleport centres, in OGBench's order; None: no teleports
+    teleport_out_xy: np.ndarray | None  # (outbound, 2) outbound teleport centres (the exits)
+    teleport_radius: float | None  # OGBench's ``teleport_radius`` (an agent within 1.5x of it is teleported)
 
 
 def _make_gym_env(env_id: str, **kwargs):
@@ -118,13 +132,11 @@ def _maze_info(env_id: str) -> _MazeInfo:
     u = env.unwrapped
     if not isinstance(u, PointEnv) or not hasattr(u, "maze_map") or hasattr(u, "get_agent_ball_xy"):
         raise ValueError(f"{env_id} is not an OGBench PointMaze env")
-    if u._teleport_info is not None:
-        raise ValueError(
-            f"{env_id} has no in-program env: OGBench's step sends the agent to a teleport exit drawn from numpy's "
-            "global RNG, which a pure JAX env cannot reproduce; run it with the host driver"
-        )
     if u._ob_type != "states":
         raise ValueError(f"{env_id}: only state observations are supported, got ob_type={u._ob_type!r}")
+    tp = u._teleport_info
+    if tp is not None and not (len(tp["teleport_in_xys"]) and len(tp["teleport_out_xys"])):
+        raise ValueError(f"{env_id}: teleports need at least one inbound and one outbound teleport, got {tp}")
     model = copy.deepcopy(u.model)  # detached from the gym env (whose set_goal moves the target geom)
     tasks = u.task_infos
     info = _MazeInfo(
@@ -139,21 +151,25 @@ def _maze_info(env_id: str) -> _MazeInfo:
         init_xy=np.array([u.ij_to_xy(t["init_ij"]) for t in tasks], np.float64),
         goal_xy=np.array([u.ij_to_xy(t["goal_ij"]) for t in tasks], np.float64),
         host=_HostPhysics(model, int(u.frame_skip)),
+        teleport_in_xy=None if tp is None else np.array(tp["teleport_in_xys"], np.float64).reshape(-1, 2),
+        teleport_out_xy=None if tp is None else np.array(tp["teleport_out_xys"], np.float64).reshape(-1, 2),
+        teleport_radius=None if tp is None else float(tp["teleport_radius"]),
     )
     env.close()
     return info
 
 
 class PointMazeState(eqx.Module):
-    """Position, goal, and (``'mjx'`` backend only) the MJX physics data."""
+    """Position, goal, (``'mjx'`` backend only) the MJX physics data, (teleport mazes only) the exit-draw key."""
 
     qpos: Float[Array, " 2"]
     goal: Float[Array, " 2"]
     data: Any = None  # mjx.Data for the 'mjx' backend, None for 'mujoco'
+    key: PRNGKeyArray | None = None  # typed key of the teleport exit draws (split every step); None: no teleports
 
 
 class PointMaze(Env):
-    """OGBench's PointMaze (medium, large, giant) on OGBench's own MjModel; see the module docstring."""
+    """OGBench's PointMaze (medium, large, giant, teleport) on OGBench's own MjModel; see the module docstring."""
 
     env_id: str = eqx.field(static=True)
     backend: str = eqx.field(static=True)
@@ -167,8 +183,11 @@ class PointMaze(Env):
     noise: float = eqx.field(static=True)
     noise_goal: bool = eqx.field(static=True)
     host: _HostPhysics | None = eqx.field(static=True)
+    teleport_reach: float | None = eqx.field(static=True)  # 1.5 * teleport_radius; None: no teleports
     init_xy: Float[Array, "task 2"]
     goal_xy: Float[Array, "task 2"]
+    teleport_in: Float[Array, "inbound 2"] | None  # inbound teleport centres; None: no teleports
+    teleport_out: Float[Array, "outbound 2"] | None  # outbound teleport centres (exits); None: no teleports
     mjx_model: Any  # mjx.Model for the 'mjx' backend (a jit argument like any leaf), None for 'mujoco'
 
     def __init__(self, env_id: str = "pointmaze-medium-v0", backend: str = "mujoco"):
@@ -190,6 +209,10 @@ class PointMaze(Env):
         self.host = info.host if backend == "mujoco" else None
         self.init_xy = jnp.asarray(info.init_xy, dtype)
         self.goal_xy = jnp.asarray(info.goal_xy, dtype)
+        tele = info.teleport_in_xy is not None
+        self.teleport_reach = TELEPORT_REACH * info.teleport_radius if tele else None
+        self.teleport_in = jnp.asarray(info.teleport_in_xy, dtype) if tele else None
+        self.teleport_out = jnp.asarray(info.teleport_out_xy, dtype) if tele else None
         self.mjx_model = _mjx().put_model(info.model) if backend == "mjx" else None
 
     def sample_start_goal(
@@ -208,22 +231,52 @@ class PointMaze(Env):
             goal = goal + self.noise * jax.random.uniform(k_goal, (2,), self.goal_xy.dtype, -1.0, 1.0)
         return init, goal
 
-    def reset_to(
-        self, init_xy: Float[ArrayLike, " 2"], goal_xy: Float[ArrayLike, " 2"]
+    @property
+    def has_teleports(self) -> bool:
+        """Whether the maze has teleports (pointmaze-teleport); a static property of the env's structure."""
+        return self.teleport_in is not None
+
+    def reset(
+        self, key: PRNGKeyArray, task: Int[ArrayLike, ""]
     ) -> tuple[PointMazeState, Float[Array, " 2"], Float[Array, " 2"]]:
-        """A state at ``init_xy`` with goal ``goal_xy``; observation = position, goal observation = goal xy."""
+        """``reset_to(*sample_start_goal(key, task), key=fold_in(key, ...))``: the start and goal are drawn from
+        ``key`` exactly as ``sample_start_goal`` draws them, the teleport exits from a stream folded out of it."""
+        init, goal = self.sample_start_goal(key, task)
+        return self.reset_to(init, goal, key=jax.random.fold_in(key, _TELEPORT_STREAM))
+
+    def reset_to(
+        self, init_xy: Float[ArrayLike, " 2"], goal_xy: Float[ArrayLike, " 2"], key: PRNGKeyArray | None = None
+    ) -> tuple[PointMazeState, Float[Array, " 2"], Float[Array, " 2"]]:
+        """A state at ``init_xy`` with goal ``goal_xy``; observation = position, goal observation = goal xy.
+
+        ``key`` (typed) seeds the teleport exit draws of the episode (default ``jax.random.key(0)``); mazes
+        without teleports ignore it and carry no key.
+        """
         qpos = jnp.asarray(init_xy, self.init_xy.dtype)
         goal = jnp.asarray(goal_xy, self.init_xy.dtype)
         data = None
         if self.backend == "mjx":
             data = _mjx().make_data(self.mjx_model)
             data = data.replace(qpos=qpos.astype(data.qpos.dtype))
-        return PointMazeState(qpos, goal, data), qpos, goal
+        if not self.has_teleports:
+            return PointMazeState(qpos, goal, data), qpos, goal
+        if key is None:
+            key = jax.random.key(RESET_KEY_DEFAULT)
+        if not jnp.issubdtype(jnp.asarray(key).dtype, jax.dtypes.prng_key):
+            raise TypeError(f"key must be a typed key (jax.random.key), got dtype {jnp.asarray(key).dtype}")
+        if jnp.shape(key) != ():
+            raise ValueError(f"key must be a single key (shape ()), got shape {jnp.shape(key)}; vmap for a batch")
+        return PointMazeState(qpos, goal, data, key), qpos, goal
 
     def step(
         self, state: PointMazeState, action: Float[ArrayLike, " 2"]
     ) -> tuple[PointMazeState, Float[Array, " 2"], Bool[Array, ""]]:
-        """``qpos += 0.2 * clip(a, -1, 1)``, ``qvel = 0``, ``frame_skip`` physics steps; success after the step."""
+        """``qpos += 0.2 * clip(a, -1, 1)``, ``qvel = 0``, ``frame_skip`` physics steps; success after the step.
+
+        Teleport mazes: then, within ``1.5 * teleport_radius`` of an inbound teleport, the NEXT state is put at an
+        outbound teleport drawn uniformly from the state's key; the returned observation (like OGBench's) is the
+        position before the teleport.
+        """
         dtype = state.qpos.dtype
         qpos = state.qpos + ACTION_SCALE * jnp.clip(jnp.asarray(action, dtype), -1.0, 1.0)
         data = state.data
@@ -236,7 +289,15 @@ class PointMaze(Env):
             out = jax.ShapeDtypeStruct(qpos.shape, dtype)
             qpos = jax.pure_callback(self.host, out, qpos, vmap_method="broadcast_all")
         success = jnp.linalg.norm(qpos - state.goal) <= self.goal_eps
-        return PointMazeState(qpos, state.goal, data), qpos, success
+        if not self.has_teleports:
+            return PointMazeState(qpos, state.goal, data), qpos, success
+        key, k_exit = jax.random.split(state.key)
+        hit = jnp.any(jnp.linalg.norm(qpos - self.teleport_in, axis=-1) <= self.teleport_reach)
+        exit_xy = self.teleport_out[jax.random.randint(k_exit, (), 0, self.teleport_out.shape[0])]
+        new_qpos = jnp.where(hit, exit_xy, qpos)
+        if data is not None:
+            data = data.replace(qpos=new_qpos.astype(data.qpos.dtype))
+        return PointMazeState(new_qpos, state.goal, data, key), qpos, success
 
     def goal_coords(self, obs: Float[Array, "*batch obs"]) -> Float[Array, "*batch 2"]:
         """The xy position: ``obs[..., :2]``."""
@@ -249,6 +310,10 @@ def impose_start_goal(gym_env, init_xy: ArrayLike, goal_xy: ArrayLike) -> tuple[
     Does what the end of OGBench's ``reset`` does with its own draws (``set_goal``, ``set_xy``), so the
     gymnasium env and ``PointMaze.reset_to(init_xy, goal_xy)`` face the same episode. Returns
     ``(obs, goal_obs)`` as OGBench's reset would (the goal observation of a point is the goal xy).
+
+    pointmaze-teleport: the teleport exits are not imposed (OGBench draws them from numpy's global RNG, the JAX
+    env from its state's key), so the two agree through a teleport only in distribution, or exactly when the
+    JAX exit is imposed after each teleport (``gym_env.unwrapped.set_xy(state.qpos)``).
     """
     u = gym_env.unwrapped
     goal = np.array(goal_xy, np.float64)
