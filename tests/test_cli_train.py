@@ -42,8 +42,8 @@ def test_pretrain_then_eval(trained, capsys):
     meta = json.loads((ck / "meta.json").read_text())
     assert meta["step"] == 4 and meta["seeds"] == 2 and meta["agent"] == "gcbc" and meta["profile"] == "cpu"
     assert meta["config"]["actor_hidden_dims"] == [8, 8] and meta["config"]["with_critic"] is True
-    rc, out, err = run(["eval", str(ck), "--episodes", "1", "--tasks", "2", "--dir", str(d), "--json",
-                        str(d / "eval.json")], capsys)
+    rc, out, err = run(["eval", str(ck), "--episodes", "1", "--tasks", "2", "--dir", str(d), "--variants", "base",
+                        "--json", str(d / "eval.json")], capsys)
     assert rc == 0, err
     assert "2 seeds x 1 tasks x 1 episodes" in out
     doc = json.loads((d / "eval.json").read_text())

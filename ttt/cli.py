@@ -248,7 +248,7 @@ def _env_max_steps(env_id: str) -> int:
 @click.option(
     "--variants",
     type=str,
-    default="base",
+    default="base,ttt",
     show_default=True,
     help="Comma-separated: base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (GC-TTT without critic).",
 )
