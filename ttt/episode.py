@@ -173,10 +173,17 @@ def make_round_fns(
         )
         return agent, {**metrics, **ft_metrics}
 
+    return prepare, adapt, make_act(backbone_name)
+
+
+def make_act(backbone_name: str):
+    """`act(agent, obs, goal, key) -> action`: the backbone's mean action (temperature 0)."""
+    backbone = get_backbone(backbone_name)
+
     def act(agent, obs, goal, key: PRNGKeyArray):
         return backbone.act(agent, obs, goal, key, 0.0)
 
-    return prepare, adapt, act
+    return act
 
 
 def empty_round_metrics(batch: int) -> dict[str, Array]:
@@ -221,14 +228,11 @@ def make_episodes(
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
     if ttt is not None and ttt.K > max_steps:
         raise ValueError(f"TTT period K must be in [1, {max_steps}] (the episode length), got {ttt.K}")
-    backbone = get_backbone(backbone_name)
     if ttt is not None:
         prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt, transforms)
     else:
         prepare = adapt = None
-
-        def act(agent, obs, goal, key):
-            return backbone.act(agent, obs, goal, key, 0.0)
+        act = make_act(backbone_name)
 
     K = max_steps if ttt is None else ttt.K
     R = n_rounds(max_steps, ttt)

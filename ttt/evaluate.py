@@ -22,10 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ttt.agents import get_backbone
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
-from ttt.episode import Transforms, TTTConfig, make_episodes, make_round_fns, n_rounds
+from ttt.episode import Transforms, TTTConfig, empty_round_metrics, make_act, make_episodes, make_round_fns, n_rounds
 from ttt.errors import TttError
 
 
@@ -143,11 +142,8 @@ def make_host_fns(setup: EvalSetup):
             setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.transforms
         )
     else:
-        backbone = get_backbone(setup.backbone)
         prepare = adapt = None
-
-        def act(agent, obs, goal, key):
-            return backbone.act(agent, obs, goal, key, 0.0)
+        act = make_act(setup.backbone)
 
     def prepare_b(agents, seed_idx, data, goal):
         return prepare(_gather(agents, seed_idx), data, goal)
@@ -256,18 +252,7 @@ def run_host(
 
 
 def _empty_round_metrics_np(B: int) -> dict[str, np.ndarray]:
-    nan = np.full(B, np.nan, np.float32)
-    zero = np.zeros(B, np.int32)
-    return dict(
-        n_rel=zero,
-        n_selected=zero,
-        threshold=nan,
-        empty=np.ones(B, bool),
-        n_train_rows=zero,
-        reach_frac=nan,
-        loss_first=nan,
-        loss_last=nan,
-    )
+    return {k: np.asarray(v) for k, v in empty_round_metrics(B).items()}
 
 
 def batch_sharding(n_devices: int | None = None):
