@@ -112,6 +112,18 @@ def episode_batch(seed: int, n_seeds: int, tasks: tuple[int, ...], episodes: int
     return EpisodeBatch(grid[:, 0], grid[:, 1], grid[:, 2], reset_keys, ttt_keys)
 
 
+_PROGRAMS: dict = {}
+
+
+def _cached(factory, setup: EvalSetup):
+    """`factory(setup)`, built once per (factory, setup) in this process, so that repeated evaluations of one
+    configuration (e.g. a pipeline's task-by-task evaluation) reuse its compiled programs."""
+    key = (factory.__name__, setup)
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = factory(setup)
+    return _PROGRAMS[key]
+
+
 def _gather(tree, idx):
     """Element `idx` of a seed-stacked pytree (array leaves only; None stays None)."""
     return jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
@@ -306,11 +318,11 @@ def evaluate(
         from ttt.envs import make_env as make_jax_env
 
         env = make_jax_env(setup.spec.env_id, backend=setup.backend) if env is None else env
-        program = make_compiled(setup)
+        program = _cached(make_compiled, setup)
         put = lambda x, sh: jax.device_put(x, sh)  # noqa: E731
         agents_r, opt_r, data_r = (put(x, repl) if x is not None else None for x in (agents, opt_states, data))
     else:
-        fns = make_host_fns(setup)
+        fns = _cached(make_host_fns, setup)
     if progress:
         progress(0, total)
     for start in range(0, total, bs):

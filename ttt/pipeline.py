@@ -1,0 +1,511 @@
+"""The host driver of `ttt run`: data -> pre-training -> evaluation for every run of a pipeline, with artifacts
+cached by content and every stage resumable.
+
+- data: `NAME.npz` of (dataset, data_episodes, data_seed). Full size lives in OGBench's directory (checked against
+  its `NAME.json` sidecar), smaller sets in `CACHE/data/NAME-e<episodes>-s<seed>/`. Generation resumes by block.
+- pre-training: `CACHE/ckpt/DATASET/AGENT-PROFILE-<key>/`, key = sha256 of the agent, the resolved backbone and
+  sampler configs, the dataset's content hash, steps, seeds and seed. `pretrain` checkpoints every chunk and
+  resumes.
+- evaluation: `OUT/evals/NAME-<key>.json`, key = sha256 of the checkpoint key and every evaluation setting. Tasks
+  are evaluated one at a time and each finished task is kept (`OUT/evals/.partial-<key>/task<T>.npz`), so an
+  interrupted evaluation resumes at the task it stopped in. Episode keys depend on (seed, task, episode) only, so
+  the split changes nothing.
+
+Then `OUT/results.json`, `OUT/results.csv` and the report (`ttt.report`). All writes are atomic.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttt.config import EVAL_KEYS, Pipeline
+from ttt.errors import TttError
+
+STAGES = ("data", "pretrain", "eval")
+Echo = Callable[[str], None]
+BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
+
+
+def cache_root(cache: str | os.PathLike | None = None) -> Path:
+    return Path(cache or os.environ.get("TTT_CACHE") or "~/.cache/ttt").expanduser()
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_save_npz(path: Path, **arrays) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------------------- data
+
+
+def data_dir(run: dict, cache: Path) -> Path:
+    """Where the run's dataset lives: `data_dir`, OGBench's directory at full size, else the cache."""
+    from ttt.data.files import default_dir
+
+    if run["data_dir"] is not None:
+        return Path(run["data_dir"]).expanduser()
+    if run["data_episodes"] is None:
+        return default_dir()
+    return cache / "data" / f"{run['dataset']}-e{run['data_episodes']}-s{run['data_seed']}"
+
+
+def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: Echo) -> Path:
+    from ttt.data.specs import get_spec
+
+    spec = get_spec(run["dataset"])
+    episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
+    d = data_dir(run, cache)
+    npz, sidecar = d / f"{run['dataset']}.npz", d / f"{run['dataset']}.json"
+    what = f"{run['dataset']} ({episodes} episodes, seed {run['data_seed']})"
+    if npz.exists() and (d / f"{run['dataset']}-val.npz").exists():
+        if sidecar.exists():
+            meta = json.loads(sidecar.read_text())
+            if (meta.get("episodes"), meta.get("seed")) != (episodes, run["data_seed"]):
+                raise TttError(
+                    f"{npz} holds {meta.get('episodes')} episodes of seed {meta.get('seed')}, but the run asks for "
+                    f"{what}; set data_dir to another directory or change data_episodes / data_seed"
+                )
+        return d
+    if not generate:
+        raise TttError(
+            f"dataset {what} is missing from {d}; the 'data' stage produces it (add data to --stages, or run "
+            f"`ttt data generate {run['dataset']} --episodes {episodes} --seed {run['data_seed']} --dir {d}`)"
+        )
+    from ttt.data.generate import generate as gen
+
+    echo(f"  data: generating {what} into {d}")
+    d.mkdir(parents=True, exist_ok=True)
+    with bar(f"generate {run['dataset']}", "episodes") as b:
+        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b)
+    return d
+
+
+# ----------------------------------------------------------------------------------------------- pretrain
+
+
+def train_configs(run: dict):
+    from ttt.data.specs import get_spec
+    from ttt.presets import make_configs
+
+    return make_configs(run["agent"], get_spec(run["dataset"]), run["profile"], dict(run["agent_config"]))
+
+
+def train_steps(run: dict) -> int:
+    from ttt.presets import get_profile
+
+    return get_profile(run["profile"]).steps if run["steps"] is None else run["steps"]
+
+
+def checkpoint_key(run: dict, data_hash: str) -> str:
+    from ttt.pretrain import config_dict
+
+    cfg, sampler = train_configs(run)
+    return _digest(
+        dict(
+            agent=run["agent"],
+            config=config_dict(cfg),
+            sampler=config_dict(sampler),
+            dataset=run["dataset"],
+            dataset_hash=data_hash,
+            steps=train_steps(run),
+            seeds=run["seeds"],
+            seed=run["train_seed"],
+        )
+    )
+
+
+def checkpoint_dir(run: dict, cache: Path, data_hash: str) -> Path:
+    if run["checkpoint"] is not None:
+        return Path(run["checkpoint"]).expanduser()
+    key = checkpoint_key(run, data_hash)
+    return cache / "ckpt" / run["dataset"] / f"{run['agent']}-{run['profile']}-{key}"
+
+
+def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Path:
+    from ttt.pretrain import check_compatible, pretrain, read_meta
+
+    out = checkpoint_dir(run, cache, data_hash)
+    steps = train_steps(run)
+    if run["checkpoint"] is not None:
+        if not (out / "meta.json").exists():
+            raise TttError(
+                f"checkpoint {out} (run {run['name']}) does not exist; `ttt pretrain --out {out}` produces one, or "
+                "remove `checkpoint` to let the 'pretrain' stage train and cache it"
+            )
+        meta = read_meta(out)
+        check_compatible(meta, run["dataset"], data.obs_dim, data.action_dim, str(out), data_hash)
+        return out
+    if (out / "meta.json").exists() and read_meta(out).get("step", 0) >= steps:
+        return out
+    if not train:
+        raise TttError(
+            f"no checkpoint of {run['agent']} on {run['dataset']} ({run['profile']} profile, {steps} steps, "
+            f"{run['seeds']} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
+        )
+    cfg, sampler = train_configs(run)
+    echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}")
+    with bar(f"pretrain {run['agent']}", "steps") as b:
+        pretrain(
+            run["agent"],
+            run["dataset"],
+            data,
+            cfg,
+            sampler,
+            steps,
+            run["seeds"],
+            out,
+            chunk_steps=run["train_chunk"],
+            seed=run["train_seed"],
+            profile=run["profile"],
+            progress=lambda done, total, means, rate: b(done, total),
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+
+
+def eval_key(run: dict, ckpt: Path) -> str:
+    from ttt.pretrain import read_meta
+
+    meta = read_meta(ckpt)
+    ck = dict(path=str(ckpt.resolve()), step=meta["step"], dataset_hash=meta.get("dataset_hash"))
+    return _digest(
+        dict(checkpoint=ck, variant=run["variant"], dataset=run["dataset"], **{k: run[k] for k in EVAL_KEYS})
+    )
+
+
+def relevance_everywhere(tables, data, state_xy, cfg, goal_eps, row_values=None):
+    """Selection ablation 'optimal only' / 'random': every eligible row counts as relevant."""
+    return tables.eligible
+
+
+def make_eval_setup(run: dict, meta: dict, max_steps: int):
+    """The `EvalSetup` of a run (None TTT config for variant 'base')."""
+    from ttt.data.specs import get_spec
+    from ttt.episode import Transforms, TTTConfig
+    from ttt.evaluate import EvalSetup
+    from ttt.finetune import FinetuneConfig
+    from ttt.pretrain import backbone_config, sampler_config
+    from ttt.select import SelectConfig
+
+    spec = get_spec(run["dataset"])
+    cfg, sampler = backbone_config(meta), sampler_config(meta)
+    where = f"run {run['name']}"
+    ttt, transforms = None, Transforms()
+    if run["variant"] != "base":
+        from ttt.agents import get_backbone
+
+        if not 1 <= run["K"] <= max_steps:
+            raise TttError(
+                f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}"
+            )
+        critic = run["variant"] == "ttt"
+        if (critic or run["relevance"] == "value") and not get_backbone(meta["backbone"]).has_value(cfg):
+            raise TttError(f"{where}: variant {run['variant']} needs a value function, which this {meta['agent']} "
+                           "checkpoint lacks; use variant ttt-mc with relevance 'distance'")  # fmt: skip
+        mode = "fixed" if run["H"] is not None else ("critic" if critic else "mc")
+        q = 1.0 if run["selection"] in ("relevant", "random") else run["q"]
+        if run["selection"] in ("optimal", "random"):
+            transforms = dataclasses.replace(transforms, relevance=relevance_everywhere)
+        try:
+            ttt = TTTConfig(
+                K=run["K"],
+                select=SelectConfig(q=q, eps_rel=run["eps"], h_min=run["h_min"], mode=mode, H=run["H"],
+                                    mix=run["mix"], noise_alpha=run["noise_alpha"], relevance=run["relevance"],
+                                    c_rel=run["c_rel"]),
+                finetune=FinetuneConfig(steps=run["N"], lr=run["lr"], batch_size=run["batch"]),
+            )  # fmt: skip
+        except ValueError as e:
+            raise TttError(f"{where}: {e}") from None
+    return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps, run["backend"], transforms)
+
+
+def env_max_steps(env_id: str) -> int:
+    import gymnasium
+    import ogbench  # noqa: F401
+
+    return int(gymnasium.spec(env_id).max_episode_steps)
+
+
+class _Envs:
+    """In-program envs built once per (env_id, backend), so every evaluation reuses the compiled programs."""
+
+    def __init__(self):
+        self._envs: dict = {}
+
+    def get(self, env_id: str, backend: str):
+        from ttt.envs import make_env
+
+        if (env_id, backend) not in self._envs:
+            self._envs[(env_id, backend)] = make_env(env_id, backend=backend)
+        return self._envs[(env_id, backend)]
+
+
+def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: Echo, envs: _Envs) -> dict:
+    """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved)."""
+    from ttt.envs import has_jax_env
+    from ttt.evaluate import evaluate
+    from ttt.pretrain import load_checkpoint, read_meta
+
+    key = eval_key(run, ckpt)
+    record_path = out / "evals" / f"{run['name']}-{key}.json"
+    if record_path.exists():
+        return json.loads(record_path.read_text())
+    meta = read_meta(ckpt)
+    spec_env = make_eval_setup(run, meta, env_max_steps(_env_id(run)))
+    driver = run["driver"]
+    if driver == "auto":
+        driver = "compiled" if has_jax_env(spec_env.spec.env_id) else "host"
+    states, meta = load_checkpoint(ckpt, meta)
+    partial = out / "evals" / f".partial-{key}"
+    per_task = []
+    total = meta["seeds"] * len(run["tasks"]) * run["episodes"]
+    done = 0
+    with bar(f"eval {run['name']}", "episodes") as b:
+        b(0, total)
+        for t in run["tasks"]:
+            f = partial / f"task{t}.npz"
+            if not f.exists():
+                res = evaluate(
+                    spec_env,
+                    states.agent,
+                    data,
+                    episodes=run["episodes"],
+                    tasks=(t,),
+                    seed=run["eval_seed"],
+                    driver=driver,
+                    batch_size=run["chunk"],
+                    progress=lambda d, n, base=done: b(base + d, total),
+                    env=envs.get(spec_env.spec.env_id, run["backend"]) if driver == "compiled" else None,
+                )
+                arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
+                arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
+                if spec_env.spec.family == "pointmaze":  # trajectories for plots (xy, float16)
+                    arrays["xy"] = res.observations[..., :2].astype(np.float16)
+                    arrays["start_xy"] = res.starts[..., :2]
+                    arrays["goal_xy"] = res.goals[..., :2]
+                atomic_save_npz(f, **arrays)
+                if run["figure"] and t == run["tasks"][0] and spec_env.ttt is not None and "xy" in arrays:
+                    save_selection_figure(
+                        run, spec_env, states.agent, data, res, out / "figures" / f"{run['name']}.npz"
+                    )
+            per_task.append(dict(np.load(f)))
+            done += meta["seeds"] * run["episodes"]
+            b(done, total)
+    cat = lambda k: np.concatenate([p[k] for p in per_task], axis=1)  # noqa: E731  (seeds, tasks, episodes, ...)
+    success = cat("success")
+    rates = success.mean(axis=(1, 2))
+    record = dict(
+        run=run,
+        checkpoint=str(ckpt),
+        checkpoint_step=meta["step"],
+        profile=meta.get("profile"),
+        driver=driver,
+        eval_key=key,
+        seeds=int(success.shape[0]),
+        n_episodes=int(success.size),
+        per_seed=rates.tolist(),
+        mean=float(rates.mean()),
+        se=float(rates.std(ddof=1) / np.sqrt(len(rates))) if len(rates) > 1 else None,
+        per_task=success.mean(axis=(0, 2)).tolist(),
+        success=success.astype(int).tolist(),
+        steps=cat("steps").tolist(),
+        wall_s=float(sum(float(p["wall_s"]) for p in per_task)),
+        rounds={k[6:]: _nan_to_none(cat(k)) for k in per_task[0] if k.startswith("round_")},
+    )
+    if "xy" in per_task[0]:
+        atomic_save_npz(out / "trajectories" / f"{run['name']}.npz", xy=cat("xy"), start=cat("start_xy"),
+                        goal=cat("goal_xy"), success=success, steps=cat("steps"))  # fmt: skip
+    atomic_write_text(record_path, json.dumps(record))
+    echo(
+        f"  eval: {run['name']}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
+        f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
+    )
+    return record
+
+
+def _se(se: float | None) -> float:
+    return float("nan") if se is None else se
+
+
+def _nan_to_none(x: np.ndarray):
+    x = np.asarray(x)
+    if x.dtype.kind == "f":
+        return np.where(np.isnan(x), None, np.round(x.astype(np.float64), 6)).tolist()
+    return x.astype(int).tolist() if x.dtype.kind == "b" else x.tolist()
+
+
+def _env_id(run: dict) -> str:
+    from ttt.data.specs import get_spec
+
+    return get_spec(run["dataset"]).env_id
+
+
+def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_segments: int = 150) -> None:
+    """The data selected in each round of one episode (seed 0, first task, episode 0), recomputed with the
+    episode's own keys and checked against the round metrics the episode recorded, plus the maze walls."""
+    import jax
+    import jax.numpy as jnp
+
+    from ttt.episode import make_round_fns, round_keys
+    from ttt.evaluate import episode_batch, make_env
+
+    ttt = setup.ttt
+    prepare, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, ttt, setup.transforms)
+    agent0 = jax.tree.map(lambda x: x[0] if hasattr(x, "shape") and x.ndim > 0 else x, agents)
+    n_seeds, _, n_eps = res.success.shape
+    ok = np.flatnonzero(res.success[0, 0] > 0)
+    e = int(ok[0]) if len(ok) else 0  # seed 0's first successful episode of the task (else its first)
+    eb = episode_batch(run["eval_seed"], n_seeds, (run["tasks"][0],), n_eps)
+    ttt_key = eb.ttt_keys[e * n_seeds]  # the grid is episode-major, seed fastest
+    start, goal = jnp.asarray(res.starts[0, 0, e]), jnp.asarray(res.goals[0, 0, e])
+    tables = jax.jit(prepare)(agent0, data, goal)
+    steps = int(res.steps[0, 0, e])
+    obs = res.observations[0, 0, e]
+    sel = ttt.select
+    goal_xy = setup.spec.goal_coords(goal)
+
+    @jax.jit
+    def round_mask(key, state):
+        from ttt.select import select_round  # noqa: F401  (the episode's own stages below)
+
+        rel = setup.transforms.relevance(tables, data, setup.spec.goal_coords(state), sel, setup.spec.goal_eps, None)
+        return setup.transforms.select(key, tables, rel, sel)
+
+    rng = np.random.default_rng(0)
+    ends = np.asarray(tables.ends)
+    segs, seg_round, round_start, n_sel = [], [], [], []
+    r = 0
+    while r * ttt.K < max(steps, 1):
+        state = start if r == 0 else jnp.asarray(obs[r * ttt.K - 1])
+        k_adapt, _ = round_keys(ttt_key, r)
+        k_sel, _ = jax.random.split(k_adapt)
+        s = round_mask(k_sel, state)
+        rows = np.flatnonzero(np.asarray(s.mask))
+        n_sel.append(len(rows))
+        round_start.append(np.asarray(state)[:2])
+        for j in rng.choice(rows, size=min(max_segments, len(rows)), replace=False) if len(rows) else []:
+            segs.append(np.asarray(data.observations[j : ends[j] + 1, :2]))
+            seg_round.append(r)
+        r += 1
+    recorded = np.asarray(res.rounds["n_selected"][0, 0, e][: len(n_sel)])
+    env = make_env(setup.spec.env_id)
+    u = env.unwrapped
+    walls = [(j * u._maze_unit - u._offset_x, i * u._maze_unit - u._offset_y) for i, j in np.argwhere(u.maze_map)]
+    bg_eps = rng.choice(int(np.asarray(data.ep_id).max()) + 1, size=min(100, int(np.asarray(data.ep_id).max()) + 1),
+                        replace=False)  # fmt: skip
+    ep_id = np.asarray(data.ep_id)
+    bg = [np.asarray(data.observations)[ep_id == e, :2][::5] for e in bg_eps]
+    lens = np.array([len(s) for s in segs], np.int32)
+    atomic_save_npz(
+        path,
+        traj=np.concatenate([np.asarray(start)[None, :2], obs[:steps, :2]]),
+        goal=np.asarray(goal_xy),
+        success=res.success[0, 0, e],
+        episode=np.int32(e),
+        K=ttt.K,
+        round_start=np.array(round_start),
+        n_selected=np.array(n_sel),
+        n_selected_recorded=recorded,
+        seg_xy=np.concatenate(segs) if segs else np.zeros((0, 2), np.float32),
+        seg_len=lens,
+        seg_round=np.array(seg_round, np.int32),
+        walls=np.array(walls, np.float32),
+        maze_unit=np.float32(u._maze_unit),
+        bg_xy=np.concatenate(bg),
+        bg_len=np.array([len(b) for b in bg], np.int32),
+    )
+
+
+# --------------------------------------------------------------------------------------------------- driver
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    records: list[dict]
+    out: Path
+    wall_s: float
+
+
+def run_pipeline(
+    pipe: Pipeline,
+    out: str | os.PathLike,
+    cache: str | os.PathLike | None = None,
+    stages: tuple[str, ...] = STAGES,
+    bar: BarFactory | None = None,
+    echo: Echo = print,
+) -> RunOutcome:
+    """Run every run of `pipe` through the stages (cached / resumed), then write results and the report."""
+    from ttt.data.files import load
+    from ttt.pretrain import dataset_hash
+
+    bad = [s for s in stages if s not in STAGES]
+    if bad:
+        raise TttError(f"unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
+    bar = bar or _null_bar
+    out, cache = Path(out), cache_root(cache)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
+    atomic_write_text(out / "pipeline.json", json.dumps(doc, indent=1))
+    t0 = time.perf_counter()
+    datasets: dict[tuple, tuple] = {}
+    envs = _Envs()
+    records = []
+    for i, run in enumerate(pipe.runs):
+        echo(f"[{i + 1}/{len(pipe.runs)}] {run['name']}: {run['agent']} {run['variant']} on {run['dataset']}")
+        d = ensure_data(run, cache, "data" in stages, bar, echo)
+        dkey = (str(d), run["dataset"])
+        if dkey not in datasets:
+            data = load(run["dataset"], d)
+            datasets[dkey] = (data, dataset_hash(data))
+        data, dhash = datasets[dkey]
+        ckpt = ensure_checkpoint(run, cache, data, dhash, "pretrain" in stages, bar, echo)
+        if "eval" not in stages:
+            continue
+        records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs))
+    if "eval" in stages:
+        from ttt.report import write_report, write_results
+
+        write_results(records, out)
+        write_report(out, echo=echo)
+    return RunOutcome(records, out, time.perf_counter() - t0)
+
+
+class _null_bar:
+    def __init__(self, *a):
+        pass
+
+    def __call__(self, done, total):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
