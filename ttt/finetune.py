@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -58,22 +59,61 @@ def make_optimizer(ft: FinetuneConfig) -> optax.GradientTransformation:
     return optax.adam(ft.lr)
 
 
-def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0):
-    """The pure N-step fine-tuning function for one backbone configuration.
+@dataclasses.dataclass(frozen=True)
+class TTTStep:
+    """The two halves of one test-time update, as pure functions (what `finetune` scans N times; benchmarks and
+    host loops call them one at a time).
 
-    `mix` (`SelectConfig.mix`): the fraction of each batch drawn uniformly from the whole dataset (appendix, QRL:
-    0.5); those rows keep their pre-training goal relabelling, the others get `g*` as actor goal.
-
-    `finetune(agent, opt_state, key, data, weights, goal) -> (agent, metrics)`: `weights[j]` are the selection's
-    per-row training weights (all zero: rows drawn uniformly, the caller discards the result); `opt_state` is
-    used only with `reuse_opt_state` (pass None otherwise). Metrics: the loss at the first and last step.
+    - `init(agent) -> opt_state`: a fresh Adam state.
+    - `draw(k_rows, k_goals, data, weights, goal) -> batch`: rows drawn (with `k_rows`) from the selection's
+      weights (a `mix` fraction uniformly), the backbone's batch for them (goals relabelled with `k_goals`), actor
+      goal `g*` on the selected rows.
+    - `update(agent, opt_state, batch, key) -> (agent, opt_state, loss)`: one Adam step of the loss and the
+      backbone's target update.
     """
+
+    init: Callable
+    draw: Callable
+    update: Callable
+
+
+def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0) -> TTTStep:
+    """`TTTStep` for one backbone configuration (see `make_finetune` for `mix` and the loss used)."""
     backbone = get_backbone(backbone_name)
     cfg = cfg if ft.full_loss else backbone.ttt_config(cfg)
     opt = make_optimizer(ft)
     n = ft.batch_size or sampler.batch_size
     sampler = dataclasses.replace(sampler, batch_size=n)
     n_goal_rows = n - n_uniform(n, mix)  # the first rows come from the selection and get g* as actor goal
+
+    def init(agent):
+        return opt.init(eqx.filter(agent, eqx.is_array))
+
+    def draw(k_rows: PRNGKeyArray, k_goals: PRNGKeyArray, data: Dataset, weights: Real[Array, " rows"], goal):
+        idxs = sample_ttt_rows(k_rows, weights, n, mix, data)
+        batch = backbone.batch_fn(k_goals, data, idxs, sampler, cfg)
+        return backbone.with_actor_goal(batch, goal, jnp.arange(n) < n_goal_rows)
+
+    def update(agent, opt_state, batch, key: PRNGKeyArray):
+        (loss, _), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(agent, batch, key, cfg)
+        updates, opt_state = opt.update(grads, opt_state, eqx.filter(agent, eqx.is_array))
+        agent = backbone.target_update(eqx.apply_updates(agent, updates), cfg)
+        return agent, opt_state, loss
+
+    return TTTStep(init, draw, update)
+
+
+def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0):
+    """The pure N-step fine-tuning function for one backbone configuration.
+
+    `mix` (`SelectConfig.mix`): the fraction of each batch drawn uniformly from the whole dataset (appendix, QRL:
+    0.5); those rows keep their pre-training goal relabelling, the others get `g*` as actor goal.
+    `finetune(agent, opt_state, key, data, weights, goal) -> (agent, metrics)`: `weights[j]` are the selection's
+    per-row training weights (all zero: rows drawn uniformly, the caller discards the result); `opt_state` is
+    used only with `reuse_opt_state` (pass None otherwise). Metrics: the loss at the first and last step.
+    Each step is `TTTStep.draw` then `TTTStep.update` (`make_ttt_step`).
+    """
+    ts = make_ttt_step(backbone_name, cfg, sampler, ft, mix)
 
     def finetune(
         agent,
@@ -86,19 +126,13 @@ def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         if ft.steps == 0:
             nan = jnp.full((), jnp.nan, jnp.float32)
             return agent, {"loss_first": nan, "loss_last": nan}
-        goal_rows = jnp.arange(n) < n_goal_rows
-        params = eqx.filter(agent, eqx.is_array)
-        state0 = opt_state if ft.reuse_opt_state else opt.init(params)
+        state0 = opt_state if ft.reuse_opt_state else ts.init(agent)
 
         def step(carry, i):
             agent, state = carry
             k_rows, k_goals, k_loss = jax.random.split(jax.random.fold_in(key, i), 3)
-            idxs = sample_ttt_rows(k_rows, weights, n, mix, data)
-            batch = backbone.batch_fn(k_goals, data, idxs, sampler, cfg)
-            batch = backbone.with_actor_goal(batch, goal, goal_rows)
-            (loss, _), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(agent, batch, k_loss, cfg)
-            updates, state = opt.update(grads, state, eqx.filter(agent, eqx.is_array))
-            agent = backbone.target_update(eqx.apply_updates(agent, updates), cfg)
+            batch = ts.draw(k_rows, k_goals, data, weights, goal)
+            agent, state, loss = ts.update(agent, state, batch, k_loss)
             return (agent, state), loss
 
         (agent, _), losses = jax.lax.scan(step, (agent, state0), jnp.arange(ft.steps))
