@@ -66,6 +66,7 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     rc, stdout, err = run(args, capsys)
     assert rc == 0, err
     assert "pretrain: gcbc" in stdout and stdout.count("eval: ") == 3
+    assert "| critic | pointmaze-medium-stitch | gcbc | ttt |" in stdout  # the table is printed
     doc = json.loads((out / "results.json").read_text())
     rows = {r["name"]: r for r in doc["rows"]}
     assert set(rows) == {"base", "mc", "critic"}

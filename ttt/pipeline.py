@@ -490,9 +490,10 @@ def run_pipeline(
             continue
         records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs))
     if "eval" in stages:
-        from ttt.report import write_report, write_results
+        from ttt.report import rows, table_md, write_report, write_results
 
         write_results(records, out)
+        echo(table_md(rows(records)))
         write_report(out, echo=echo)
     return RunOutcome(records, out, time.perf_counter() - t0)
 
