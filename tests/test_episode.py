@@ -166,11 +166,14 @@ SHARD_SCRIPT = textwrap.dedent(
     from ttt.evaluate import EvalSetup, evaluate
     setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     out = {{}}
-    for n in (1, 2):
-        res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, n_devices=n, batch_size=4)
-        out[n] = dict(success=res.success.tolist(), obs=res.observations.tolist(),
-                      n_sel=res.rounds["n_selected"].tolist())
-    print(json.dumps(dict(devices=len(jax.devices()), same=out[1] == out[2], n_sel=out[1]["n_sel"])))
+    # (devices, batch): 3 does not divide over 2 devices, so its batches are padded to 4 (12 = 4 + 4 + 4 elements);
+    # 5 gives batches of 6 and a last one of 2 real elements padded to 6.
+    for n, b in ((1, 4), (2, 4), (2, 3), (2, 5)):
+        res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, n_devices=n, batch_size=b)
+        out[(n, b)] = dict(success=res.success.tolist(), obs=res.observations.tolist(),
+                           n_sel=res.rounds["n_selected"].tolist())
+    same = [out[(1, 4)] == out[k] for k in ((2, 4), (2, 3), (2, 5))]
+    print(json.dumps(dict(devices=len(jax.devices()), same=same, n_sel=out[(1, 4)]["n_sel"])))
     """
 )
 
@@ -184,8 +187,57 @@ def test_two_forced_cpu_devices_give_the_same_results(tmp_path):
     import json
 
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert doc["devices"] == 2 and doc["same"]
+    assert doc["devices"] == 2 and doc["same"] == [True, True, True]
     assert np.asarray(doc["n_sel"]).max() > 0
+
+
+DIST_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax
+    pid, n, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    if n > 1:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator_address=f"localhost:{{port}}", num_processes=n, process_id=pid)
+    sys.path.insert(0, {tests!r})
+    import test_episode as t
+    from ttt.evaluate import EvalSetup, evaluate
+    setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
+    res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, batch_size=5)
+    print(json.dumps(dict(processes=jax.process_count(), devices=len(jax.devices()), success=res.success.tolist(),
+                          obs=res.observations.tolist(), n_sel=res.rounds["n_selected"].tolist())))
+    """
+)
+
+
+@pytest.mark.slow
+def test_two_process_jax_distributed_matches_one_process(tmp_path):
+    """Two processes on localhost (jax.distributed, gloo collectives), one CPU device each: the batch is sharded
+    over both processes' devices and every process gets the same, complete result as a single process."""
+    import json
+    import socket
+
+    script = tmp_path / "dist.py"
+    script.write_text(DIST_SCRIPT.format(tests=os.path.dirname(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        port = str(sock.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, str(script), str(i), "2", port], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for i in range(2)]  # fmt: skip
+    single = subprocess.run([sys.executable, str(script), "0", "1", port], capture_output=True, text=True, env=env,
+                            timeout=600)  # fmt: skip
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert single.returncode == 0, single.stderr[-3000:]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    ref = json.loads(single.stdout.strip().splitlines()[-1])
+    assert ref["processes"] == 1
+    for out, _ in outs:
+        doc = json.loads(out.strip().splitlines()[-1])
+        assert doc["processes"] == 2 and doc["devices"] == 2
+        assert {k: doc[k] for k in ("success", "obs", "n_sel")} == {k: ref[k] for k in ("success", "obs", "n_sel")}
 
 
 def test_a_variant_composes_from_swapped_transforms():

@@ -267,6 +267,31 @@ def _empty_round_metrics_np(B: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v) for k, v in empty_round_metrics(B).items()}
 
 
+def _put_global(tree, sharding):
+    """Multi-process `device_put`: every process holds the same host value of each leaf and contributes the
+    shards its own devices hold (typed PRNG keys travel as their key data)."""
+    from jax.experimental import multihost_utils  # noqa: F401  (initialises the multi-host helpers)
+
+    def one(x):
+        if not eqx.is_array(x):
+            return x
+        is_key = jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+        host = np.asarray(jax.random.key_data(x) if is_key else x)
+        g = jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+        return jax.random.wrap_key_data(g, impl=jax.random.key_impl(x)) if is_key else g
+
+    return jax.tree.map(one, tree)
+
+
+def _fetch(x) -> np.ndarray:
+    """A program output as a host array; across processes, the global array gathered from every process."""
+    if jax.process_count() > 1 and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
 def batch_sharding(n_devices: int | None = None):
     """`(batch, replicated)` NamedShardings over a 1-d mesh of the first `n_devices` devices (default: all)."""
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -300,6 +325,9 @@ def evaluate(
     (seed, task, episode) elements, sharded over `n_devices` devices (the batch is padded to a multiple of the
     device count and of `batch_size` with repeats that are dropped); the in-program env (`setup.backend`).
     driver 'host': OGBench's gymnasium env stepped from Python with the same jitted round functions.
+    Several processes (`jax.distributed.initialize` before any JAX work; on CPU with gloo collectives): every
+    process calls `evaluate` with the same arguments, the batch is sharded over all processes' devices, and each
+    process returns the complete result.
     """
     if driver not in ("compiled", "host"):
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
@@ -319,8 +347,10 @@ def evaluate(
 
         env = make_jax_env(setup.spec.env_id, backend=setup.backend) if env is None else env
         program = _cached(make_compiled, setup)
-        put = lambda x, sh: jax.device_put(x, sh)  # noqa: E731
+        put = _put_global if jax.process_count() > 1 else jax.device_put
         agents_r, opt_r, data_r = (put(x, repl) if x is not None else None for x in (agents, opt_states, data))
+        if jax.process_count() > 1:
+            env = put(env, repl)
     else:
         fns = _cached(make_host_fns, setup)
     if progress:
@@ -340,7 +370,7 @@ def evaluate(
                 put(sub.ttt_keys, batch_sh),
                 put(jnp.asarray(sub.task), batch_sh),
             )
-            out = jax.tree.map(np.asarray, out)
+            out = jax.tree.map(_fetch, out)
             out = dict(
                 success=out.success,
                 steps=out.steps,
