@@ -30,6 +30,7 @@ from ttt.select import (
     select,
     select_round,
     train_weights,
+    weight_table,
 )
 
 
@@ -479,3 +480,16 @@ def test_selection_is_nested_optimal_and_within_relevance(problem, q_hi, q_lo):
 @eqx.filter_jit
 def _select_q(key, tables, rel, q):
     return select(key, tables, rel, SelectConfig(q=q)).mask
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.float32])
+def test_a_rounds_weight_table_draws_the_same_rows_as_its_weights(dtype):
+    """Fine-tuning builds the cumulative weights once per round (`weight_table`) and draws every batch from it;
+    the rows are the ones drawn from the weights themselves, and never outside their support."""
+    w = jnp.asarray(np.array([0, 3, 0, 1, 0, 0, 2, 0, 0, 0]), dtype)
+    table = weight_table(w)
+    for k in range(5):
+        key = jax.random.key(k)
+        from_table = np_(SAMPLE(key, table, 64, 0.25, LINE))
+        np.testing.assert_array_equal(from_table, np_(SAMPLE(key, w, 64, 0.25, LINE)))
+        assert np.isin(from_table[:48], [1, 3, 6]).all()

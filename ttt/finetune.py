@@ -23,7 +23,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, Real
 from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
-from ttt.select import n_uniform, sample_ttt_rows
+from ttt.select import n_uniform, sample_ttt_rows, weight_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,14 +65,16 @@ class TTTStep:
     host loops call them one at a time).
 
     - `init(agent) -> opt_state`: a fresh Adam state.
-    - `draw(k_rows, k_goals, data, weights, goal) -> batch`: rows drawn (with `k_rows`) from the selection's
-      weights (a `mix` fraction uniformly), the backbone's batch for them (goals relabelled with `k_goals`), actor
-      goal `g*` on the selected rows.
+    - `table(weights) -> WeightTable`: the round's cumulative weights (one O(|D|) pass per round).
+    - `draw(k_rows, k_goals, data, table, goal) -> batch`: rows drawn (with `k_rows`) from the selection's
+      weights table (a `mix` fraction uniformly), the backbone's batch for them (goals relabelled with `k_goals`),
+      actor goal `g*` on the selected rows.
     - `update(agent, opt_state, batch, key) -> (agent, opt_state, loss)`: one Adam step of the loss and the
       backbone's target update.
     """
 
     init: Callable
+    table: Callable
     draw: Callable
     update: Callable
 
@@ -89,8 +91,8 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
     def init(agent):
         return opt.init(eqx.filter(agent, eqx.is_array))
 
-    def draw(k_rows: PRNGKeyArray, k_goals: PRNGKeyArray, data: Dataset, weights: Real[Array, " rows"], goal):
-        idxs = sample_ttt_rows(k_rows, weights, n, mix, data)
+    def draw(k_rows: PRNGKeyArray, k_goals: PRNGKeyArray, data: Dataset, table, goal):
+        idxs = sample_ttt_rows(k_rows, table, n, mix, data)
         batch = backbone.batch_fn(k_goals, data, idxs, sampler, cfg)
         return backbone.with_actor_goal(batch, goal, jnp.arange(n) < n_goal_rows)
 
@@ -100,7 +102,7 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         agent = backbone.target_update(eqx.apply_updates(agent, updates), cfg)
         return agent, opt_state, loss
 
-    return TTTStep(init, draw, update)
+    return TTTStep(init, weight_table, draw, update)
 
 
 def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0):
@@ -127,11 +129,12 @@ def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
             nan = jnp.full((), jnp.nan, jnp.float32)
             return agent, {"loss_first": nan, "loss_last": nan}
         state0 = opt_state if ft.reuse_opt_state else ts.init(agent)
+        table = ts.table(weights)  # once per round, not per step
 
         def step(carry, i):
             agent, state = carry
             k_rows, k_goals, k_loss = jax.random.split(jax.random.fold_in(key, i), 3)
-            batch = ts.draw(k_rows, k_goals, data, weights, goal)
+            batch = ts.draw(k_rows, k_goals, data, table, goal)
             agent, state, loss = ts.update(agent, state, batch, k_loss)
             return (agent, state), loss
 

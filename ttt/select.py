@@ -303,38 +303,56 @@ def n_uniform(n: int, mix: float) -> int:
     return int(math.floor(mix * n + 0.5))
 
 
-def _sample_weighted(key: Key[Array, ""], weights: Real[Array, " rows"], n: int) -> tuple[Int[Array, " n"], Array]:
-    """`n` rows with probability proportional to `weights` (cumsum + searchsorted) and the total weight."""
+class WeightTable(eqx.Module):
+    """The cumulative training weights of one round (`weight_table`), built once and sampled N times."""
+
+    cum: Array  # cumulative weights (int32 for integer weights, float32 otherwise)
+    total: Array  # the sum of the weights
+    last: Int[Array, ""]  # the last row with a positive weight (float round-up must not leave the support)
+
+
+def weight_table(weights: Real[Array, " rows"]) -> WeightTable:
+    """One O(|D|) cumulative sum of the round's weights, shared by all its batch draws."""
     if jnp.issubdtype(weights.dtype, jnp.integer):
         c = jnp.cumsum(weights.astype(jnp.int32))
-        total = c[-1]
-        u = jax.random.randint(key, (n,), 0, jnp.maximum(total, 1))
-        idx = jnp.searchsorted(c, u, side="right")
+        last = jnp.asarray(weights.shape[0] - 1, jnp.int32)
     else:
         w = jnp.maximum(weights.astype(jnp.float32), 0.0)
         c = jnp.cumsum(w)
-        total = c[-1]
+        last = jnp.max(jnp.where(w > 0, jnp.arange(w.shape[0]), 0)).astype(jnp.int32)
+    return WeightTable(cum=c, total=c[-1], last=last)
+
+
+def _sample_weighted(key: Key[Array, ""], table: WeightTable, n: int) -> tuple[Int[Array, " n"], Array]:
+    """`n` rows with probability proportional to the weights (searchsorted on their cumulative sum), and the
+    total weight."""
+    c, total = table.cum, table.total
+    if jnp.issubdtype(c.dtype, jnp.integer):
+        u = jax.random.randint(key, (n,), 0, jnp.maximum(total, 1))
+        idx = jnp.searchsorted(c, u, side="right")
+    else:
         idx = jnp.searchsorted(c, jax.random.uniform(key, (n,)) * total, side="right")
-        last = jnp.max(jnp.where(w > 0, jnp.arange(w.shape[0]), 0))  # float round-up must not leave the support
-        idx = jnp.minimum(idx, last)
-    return jnp.minimum(idx, weights.shape[0] - 1).astype(jnp.int32), total
+        idx = jnp.minimum(idx, table.last)
+    return jnp.minimum(idx, c.shape[0] - 1).astype(jnp.int32), total
 
 
 def sample_ttt_rows(
-    key: Key[Array, ""], weights: Real[Array, " rows"], n: int, mix: float, data: Dataset
+    key: Key[Array, ""], weights: Real[Array, " rows"] | WeightTable, n: int, mix: float, data: Dataset
 ) -> Int[Array, " n"]:
-    """`n` TTT training rows: the first `n - round(mix * n)` drawn from `weights`, the rest uniformly from the valid
-    rows. With all-zero weights (empty selection) the weighted part falls back to uniform valid rows."""
+    """`n` TTT training rows: the first `n - round(mix * n)` drawn from `weights` (or their `weight_table`, to
+    draw many batches from one cumulative sum), the rest uniformly from the valid rows. With all-zero weights
+    (empty selection) the weighted part falls back to uniform valid rows."""
     if not (_is_int(n) and n >= 1):
         raise ValueError(f"sample_ttt_rows: n must be an int >= 1, got {n!r}")
     if not (_is_real(mix) and 0.0 <= mix <= 1.0):
         raise ValueError(f"sample_ttt_rows: mix must be in [0, 1], got {mix!r}")
+    table = weights if isinstance(weights, WeightTable) else weight_table(weights)
     n_mix = n_uniform(n, mix)
     n_w = n - n_mix
     k_w, k_fallback, k_mix = jax.random.split(key, 3)
     parts = []
     if n_w > 0:
-        weighted, total = _sample_weighted(k_w, weights, n_w)
+        weighted, total = _sample_weighted(k_w, table, n_w)
         parts.append(jnp.where(total > 0, weighted, sample_rows(k_fallback, data, n_w)))
     if n_mix > 0:
         parts.append(sample_rows(k_mix, data, n_mix))
