@@ -147,3 +147,16 @@ def test_rows_pair_each_ttt_row_with_its_own_base():
     assert rs["t1"]["base"] == "b1" and rs["t2"]["base"] == "b2" and rs["t3"]["base"] is None
     assert rs["t1"]["welch_t"] == pytest.approx(welch([0.7, 0.8, 0.9], [0.1, 0.2, 0.3])[0])
     assert rs["b1"]["base"] is None and rs["b1"]["welch_p"] is None
+
+
+def test_bad_distributed_environment_is_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("TTT_COORDINATOR", "localhost:1")
+    monkeypatch.setenv("TTT_NUM_PROCESSES", "two")
+    monkeypatch.setenv("TTT_PROCESS_ID", "0")
+    assert main(["run", "quickstart", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "TTT_NUM_PROCESSES and TTT_PROCESS_ID must be integers" in err
+    monkeypatch.setenv("TTT_NUM_PROCESSES", "2")
+    monkeypatch.setenv("TTT_PROCESS_ID", "2")
+    assert main(["run", "quickstart", "--dry-run"]) == 2
+    assert "TTT_PROCESS_ID must be in [0, TTT_NUM_PROCESSES), got 2 of 2" in capsys.readouterr().err

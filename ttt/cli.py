@@ -378,7 +378,9 @@ def eval_cmd(
         per_task = zip(task_ids, res.per_task(), strict=True)
         click.echo("  per task: " + ", ".join(f"task{t} {r:.2f}" for t, r in per_task))
         click.echo("  per seed: " + ", ".join(f"{r:.2f}" for r in res.per_seed()))
-    if json_out:
+    import jax
+
+    if json_out and jax.process_index() == 0:  # one writer in a multi-process run
         from pathlib import Path
 
         from ttt.pretrain import _atomic_write
@@ -506,9 +508,33 @@ def report_cmd(run_dirs, out):
         combine(list(run_dirs), Path(out), echo=click.echo)
 
 
+def _init_distributed() -> None:
+    """Join a multi-process JAX run when TTT_COORDINATOR (host:port), TTT_NUM_PROCESSES and TTT_PROCESS_ID are set:
+    `ttt eval` then shards its episode batches over every process's devices (CPU: gloo collectives)."""
+    import os
+
+    addr = os.environ.get("TTT_COORDINATOR")
+    if not addr:
+        return
+    try:
+        n, i = int(os.environ["TTT_NUM_PROCESSES"]), int(os.environ["TTT_PROCESS_ID"])
+    except (KeyError, ValueError):
+        raise TttError(
+            "TTT_COORDINATOR is set, so TTT_NUM_PROCESSES and TTT_PROCESS_ID must be integers "
+            f"(got {os.environ.get('TTT_NUM_PROCESSES')!r}, {os.environ.get('TTT_PROCESS_ID')!r})"
+        ) from None
+    if not 0 <= i < n:
+        raise TttError(f"TTT_PROCESS_ID must be in [0, TTT_NUM_PROCESSES), got {i} of {n}")
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # used only by CPU devices
+    jax.distributed.initialize(coordinator_address=addr, num_processes=n, process_id=i)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit status 2 (no traceback)."""
     try:
+        _init_distributed()
         rv = cli.main(args=argv, prog_name="ttt", standalone_mode=False)
     except TttError as e:
         click.echo(f"error: {e}", err=True)
