@@ -96,6 +96,11 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "q must be in (0, 1]" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 2
     assert "no results.json" in capsys.readouterr().err
+    assert main(["run", "paper-main", "--only", "nothing*", "--dry-run"]) == 2
+    assert "--only 'nothing*' matches no run; the runs are: gcbc-base-navigate," in capsys.readouterr().err
+    assert main(["run", "paper-main", "--only", "qrl-*-cube,saw-base-*", "--dry-run"]) == 0
+    listed = [ln.split(":")[0].strip() for ln in capsys.readouterr().out.splitlines()[1:]]
+    assert sorted(listed) == ["qrl-base-cube", "qrl-ttt-cube", "saw-base-cube", "saw-base-navigate", "saw-base-stitch"]
 
 
 def test_shipped_pipelines_validate():

@@ -467,13 +467,14 @@ def _result_doc(res, setup) -> dict:
 @click.option(
     "--stages", type=str, default="data,pretrain,eval", show_default=True, help="Stages allowed to produce artifacts."
 )
+@click.option("--only", type=str, default=None, help="Run only the runs whose names match these globs (a,b*,...).")
 @click.option("--dry-run", is_flag=True, help="Validate the pipeline and list its runs; run nothing.")
-def run_cmd(pipeline, sets, out, cache, stages, dry_run):
+def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
     """Run a pipeline (a name in pipelines/ or a .toml path): data, pre-training, evaluation, report."""
-    from ttt.config import find_pipeline, load_pipeline, parse_sets
+    from ttt.config import find_pipeline, load_pipeline, parse_sets, select_runs
     from ttt.pipeline import cache_root, run_pipeline
 
-    pipe = load_pipeline(find_pipeline(pipeline), parse_sets(sets))
+    pipe = select_runs(load_pipeline(find_pipeline(pipeline), parse_sets(sets)), only)
     out = out or f"runs/{pipe.name}"
     stage_list = tuple(s.strip() for s in stages.split(",") if s.strip())
     click.echo(f"pipeline {pipe.name}: {len(pipe.runs)} runs -> {out} (cache {cache_root(cache)})")

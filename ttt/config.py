@@ -295,6 +295,20 @@ def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:
     return Pipeline(name=name, description=desc, runs=tuple(runs), source=str(path))
 
 
+def select_runs(pipe: Pipeline, only: str | None) -> Pipeline:
+    """The runs whose names match any of the comma-separated glob patterns `only` (all runs if None)."""
+    import fnmatch
+
+    if not only:
+        return pipe
+    pats = [p.strip() for p in only.split(",") if p.strip()]
+    runs = tuple(r for r in pipe.runs if any(fnmatch.fnmatchcase(r["name"], p) for p in pats))
+    if not runs:
+        names = ", ".join(r["name"] for r in pipe.runs)
+        raise TttError(f"--only {only!r} matches no run; the runs are: {names}")
+    return dataclasses.replace(pipe, runs=runs)
+
+
 def pipeline_dirs() -> list[Path]:
     """Where pipeline names are looked up: ./pipelines, then the repository's pipelines/."""
     repo = Path(__file__).resolve().parent.parent / "pipelines"

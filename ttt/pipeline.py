@@ -489,10 +489,12 @@ def run_pipeline(
         if "eval" not in stages:
             continue
         records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs))
-    if "eval" in stages:
-        from ttt.report import rows, table_md, write_report, write_results
+        from ttt.report import write_results
 
-        write_results(records, out)
+        write_results(records, out)  # after every run: an interrupted pipeline leaves its finished rows
+    if "eval" in stages:
+        from ttt.report import rows, table_md, write_report
+
         echo(table_md(rows(records)))
         write_report(out, echo=echo)
     return RunOutcome(records, out, time.perf_counter() - t0)
