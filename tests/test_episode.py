@@ -166,13 +166,12 @@ SHARD_SCRIPT = textwrap.dedent(
     from ttt.evaluate import EvalSetup, evaluate
     setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     out = {{}}
-    # (devices, batch): 3 does not divide over 2 devices, so its batches are padded to 4 (12 = 4 + 4 + 4 elements);
-    # 5 gives batches of 6 and a last one of 2 real elements padded to 6.
-    for n, b in ((1, 4), (2, 4), (2, 3), (2, 5)):
+    # (devices, batch): 3 does not divide over 2 devices, so its batches are padded to 4 (12 = 4 + 4 + 4 elements).
+    for n, b in ((1, 4), (2, 4), (2, 3)):
         res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, n_devices=n, batch_size=b)
         out[(n, b)] = dict(success=res.success.tolist(), obs=res.observations.tolist(),
                            n_sel=res.rounds["n_selected"].tolist())
-    same = [out[(1, 4)] == out[k] for k in ((2, 4), (2, 3), (2, 5))]
+    same = [out[(1, 4)] == out[k] for k in ((2, 4), (2, 3))]
     print(json.dumps(dict(devices=len(jax.devices()), same=same, n_sel=out[(1, 4)]["n_sel"])))
     """
 )
@@ -187,7 +186,7 @@ def test_two_forced_cpu_devices_give_the_same_results(tmp_path):
     import json
 
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert doc["devices"] == 2 and doc["same"] == [True, True, True]
+    assert doc["devices"] == 2 and doc["same"] == [True, True]
     assert np.asarray(doc["n_sel"]).max() > 0
 
 
