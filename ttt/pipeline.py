@@ -278,10 +278,10 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
     if record_path.exists():
         return json.loads(record_path.read_text())
     meta = read_meta(ckpt)
-    spec_env = make_eval_setup(run, meta, env_max_steps(_env_id(run)))
+    setup = make_eval_setup(run, meta, env_max_steps(_env_id(run)))
     driver = run["driver"]
     if driver == "auto":
-        driver = "compiled" if has_jax_env(spec_env.spec.env_id) else "host"
+        driver = "compiled" if has_jax_env(setup.spec.env_id) else "host"
     states, meta = load_checkpoint(ckpt, meta)
     partial = out / "evals" / f".partial-{key}"
     per_task = []
@@ -293,7 +293,7 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
             f = partial / f"task{t}.npz"
             if not f.exists():
                 res = evaluate(
-                    spec_env,
+                    setup,
                     states.agent,
                     data,
                     episodes=run["episodes"],
@@ -302,19 +302,17 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
                     driver=driver,
                     batch_size=run["chunk"],
                     progress=lambda d, n, base=done: b(base + d, total),
-                    env=envs.get(spec_env.spec.env_id, run["backend"]) if driver == "compiled" else None,
+                    env=envs.get(setup.spec.env_id, run["backend"]) if driver == "compiled" else None,
                 )
                 arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
                 arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
-                if spec_env.spec.family == "pointmaze":  # trajectories for plots (xy, float16)
+                if setup.spec.family == "pointmaze":  # trajectories for plots (xy, float16)
                     arrays["xy"] = res.observations[..., :2].astype(np.float16)
                     arrays["start_xy"] = res.starts[..., :2]
                     arrays["goal_xy"] = res.goals[..., :2]
                 atomic_save_npz(f, **arrays)
-                if run["figure"] and t == run["tasks"][0] and spec_env.ttt is not None and "xy" in arrays:
-                    save_selection_figure(
-                        run, spec_env, states.agent, data, res, out / "figures" / f"{run['name']}.npz"
-                    )
+                if run["figure"] and t == run["tasks"][0] and setup.ttt is not None and "xy" in arrays:
+                    save_selection_figure(run, setup, states.agent, data, res, out / "figures" / f"{run['name']}.npz")
             per_task.append(dict(np.load(f)))
             done += meta["seeds"] * run["episodes"]
             b(done, total)
@@ -392,9 +390,7 @@ def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_s
     goal_xy = setup.spec.goal_coords(goal)
 
     @jax.jit
-    def round_mask(key, state):
-        from ttt.select import select_round  # noqa: F401  (the episode's own stages below)
-
+    def round_mask(key, tables, data, state):  # the dataset is an argument, never a captured constant
         rel = setup.transforms.relevance(tables, data, setup.spec.goal_coords(state), sel, setup.spec.goal_eps, None)
         return setup.transforms.select(key, tables, rel, sel)
 
@@ -406,7 +402,7 @@ def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_s
         state = start if r == 0 else jnp.asarray(obs[r * ttt.K - 1])
         k_adapt, _ = round_keys(ttt_key, r)
         k_sel, _ = jax.random.split(k_adapt)
-        s = round_mask(k_sel, state)
+        s = round_mask(k_sel, tables, data, state)
         rows = np.flatnonzero(np.asarray(s.mask))
         n_sel.append(len(rows))
         round_start.append(np.asarray(state)[:2])
