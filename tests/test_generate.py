@@ -159,3 +159,60 @@ def test_load_builds_dataset_with_goal_coordinates(nav10):
     assert data.n_rows == 10 * 1001 and data.n_episodes == 10 and data.n_valid == 10 * 1000
     np.testing.assert_array_equal(np.asarray(data.goals), np.asarray(data.observations))  # maze goal = xy
     assert load(NAV, nav10, split="val").n_episodes == 1
+
+
+ANT_STITCH = "antmaze-medium-stitch-v0"
+
+
+@pytest.fixture(scope="module")
+def ant_experts(tmp_path_factory):
+    """Two untrained (random) tiny ant experts saved as `ttt expert train` saves them."""
+    import jax
+
+    from ttt.expert import save_actor
+    from ttt.sac import SACConfig, TanhGaussianActor
+
+    d = tmp_path_factory.mktemp("experts")
+    cfg = SACConfig(actor_hidden_dims=(16,))
+    for i in (0, 1):
+        actor = TanhGaussianActor(jax.random.key(i), 29, 8, (16,), final_init_scale=1.0)
+        save_actor(d / f"e{i}.pkl", actor, cfg, dict(step=0))
+    return d
+
+
+def test_antmaze_generation_with_an_expert_in_ogbench_format(ant_experts, tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=a, workers=2, expert=ant_experts / "e0.pkl")
+    with np.load(a / f"{ANT_STITCH}.npz") as f:
+        assert sorted(f.files) == ["actions", "observations", "qpos", "qvel", "terminals"]
+        obs = f["observations"]
+        assert obs.shape == (2 * 201, 29) and f["actions"].shape == (2 * 201, 8)
+        assert f["qpos"].shape == (2 * 201, 15) and f["qvel"].shape == (2 * 201, 14)
+        np.testing.assert_allclose(obs[:, :15], f["qpos"], atol=1e-6)  # observation = qpos, qvel (xy first)
+        np.testing.assert_allclose(obs[:, 15:], f["qvel"], atol=1e-6)
+        assert np.array_equal(np.flatnonzero(f["terminals"]), [200, 401])
+        assert np.abs(f["actions"]).max() <= 1.0 and f["actions"].std() > 0.1
+    assert [r.episodes for r in check(ANT_STITCH, a)] == [2, 1]
+    env, train, val = ogbench.make_env_and_datasets(ANT_STITCH, dataset_dir=str(a))
+    assert train["observations"].shape == (2 * 200, 29) and val["observations"].shape == (200, 29)
+    env.close()
+    meta = json.loads((a / f"{ANT_STITCH}.json").read_text())
+    assert len(meta["expert_sha256"]) == 64 and 0.0 <= meta["goal_reached_fraction"] <= 1.0
+
+    # Reproducible for a seed and an expert; another expert gives other data.
+    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e0.pkl")
+    assert json.loads((b / f"{ANT_STITCH}.json").read_text())["sha256_arrays"] == meta["sha256_arrays"]
+    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e1.pkl", force=True)
+    assert json.loads((b / f"{ANT_STITCH}.json").read_text())["sha256_arrays"] != meta["sha256_arrays"]
+
+
+def test_antmaze_needs_an_expert_and_pointmaze_refuses_one(ant_experts, tmp_path):
+    with pytest.raises(gen.TttError, match="--expert PATH"):
+        gen.generate(ANT_STITCH, episodes=1, directory=tmp_path)
+    with pytest.raises(gen.TttError, match="antmaze datasets only"):
+        gen.generate(STITCH, episodes=1, directory=tmp_path, expert=ant_experts / "e0.pkl")
+    with pytest.raises(gen.TttError, match="no expert at"):
+        gen.generate(ANT_STITCH, episodes=1, directory=tmp_path, expert=tmp_path / "missing.pkl")
+    assert {"antmaze-medium-navigate-v0", ANT_STITCH} <= set(SPECS)
+    assert get_spec("antmaze-medium-navigate-v0").episode_rows == 1001 and get_spec(ANT_STITCH).goal_eps == 0.5

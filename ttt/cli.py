@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -93,7 +94,8 @@ def _dataset_name(ctx, param, value):
 )
 @click.option("--workers", type=int, default=None, help="Worker processes (default: all cores).")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
-def data_generate(name, episodes, seed, directory, workers, force):
+@click.option("--expert", type=str, default=None, help="antmaze: the ant expert (`ttt expert train ant`'s expert.pkl).")
+def data_generate(name, episodes, seed, directory, workers, force, expert):
     """Generate NAME.npz and NAME-val.npz in OGBench's format."""
     from ttt.data.files import check
     from ttt.data.generate import generate
@@ -103,7 +105,14 @@ def data_generate(name, episodes, seed, directory, workers, force):
     t0 = time.time()
     with _EpisodeBar(name) as bar:
         train, _ = generate(
-            name, episodes=episodes, seed=seed, directory=directory, workers=workers, force=force, progress=bar
+            name,
+            episodes=episodes,
+            seed=seed,
+            directory=directory,
+            workers=workers,
+            force=force,
+            progress=bar,
+            expert=expert,
         )
     reports = check(name, train.parent)
     wall = time.time() - t0
@@ -159,6 +168,116 @@ def _parse_sets(pairs: tuple[str, ...]) -> dict:
         except ValueError:
             out[k.strip()] = v
     return out
+
+
+@cli.group()
+def expert() -> None:
+    """Locomotion experts for generating datasets (OGBench's SAC ant expert)."""
+
+
+@expert.command("train")
+@click.argument("robot", type=click.Choice(["ant"]))
+@click.option("--steps", type=int, default=400_000, show_default=True, help="Environment steps in all (OGBench: 400k).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the agent and the environment stream.")
+@click.option(
+    "--out", type=str, default="runs/expert/ant", show_default=True, help="Directory (resumes if it holds a run)."
+)
+@click.option("--checkpoint-every", type=int, default=20_000, show_default=True, help="Steps between checkpoints.")
+@click.option(
+    "--eval-episodes", type=int, default=50, show_default=True, help="Evaluation episodes when done (0: none)."
+)
+def expert_train(robot, steps, seed, out, checkpoint_every, eval_episodes):
+    """Train ROBOT's direction-following expert with SAC (resumable), then evaluate it."""
+    from ttt.expert import evaluate_expert, load_actor, train_expert, write_json
+
+    if steps < 1:
+        raise TttError(f"--steps must be >= 1, got {steps}")
+    if checkpoint_every < 1:
+        raise TttError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
+    if eval_episodes < 0:
+        raise TttError(f"--eval-episodes must be >= 0, got {eval_episodes}")
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("SAC ant"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TextColumn("return {task.fields[ret]}"),
+        TextColumn("{task.fields[rate]} steps/s"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    ) as bar:
+        task = bar.add_task("train", total=steps, ret="-", rate="-")
+
+        def progress(log, rate):
+            bar.update(task, completed=log.step, ret=f"{log.recent_return():.2f}", rate=f"{rate:.0f}")
+
+        log = train_expert(out, steps=steps, seed=seed, checkpoint_every=checkpoint_every, progress=progress)
+    click.echo(
+        f"trained {log.step} steps ({log.episodes} episodes, {log.falls} falls) in {log.wall / 60:.1f} min; "
+        f"mean return of the last 10 episodes {log.recent_return():.2f}; expert: {Path(out) / 'expert.pkl'}"
+    )
+    if eval_episodes:
+        actor, _, _ = load_actor(Path(out) / "expert.pkl")
+        with _EpisodeBar("evaluate", unit="steps") as bar:
+            res = evaluate_expert(actor, episodes=eval_episodes, progress=bar)
+        write_json(Path(out) / "eval.json", res)
+        click.echo(
+            f"deterministic return along z over {res['episodes']} episodes: {res['mean_return']:.2f} "
+            f"+- {res['std_return']:.2f} (min {res['min_return']:.2f}), falls {res['falls']}"
+        )
+
+
+@expert.command("eval")
+@click.argument("path")
+@click.option("--episodes", type=int, default=50, show_default=True, help="Direction-following episodes.")
+@click.option(
+    "--maze",
+    type=str,
+    default="antmaze-medium-v0",
+    show_default=True,
+    help="Maze env for the oracle test ('' to skip).",
+)
+@click.option("--maze-episodes", type=int, default=10, show_default=True, help="Episodes per evaluation task.")
+@click.option("--noise", type=float, default=0.2, show_default=True, help="Action noise in the maze (as generation).")
+@click.option("--seed", type=int, default=1000, show_default=True, help="Evaluation seed.")
+@click.option("--json", "json_out", type=str, default=None, help="Write the results to this JSON file.")
+def expert_eval(path, episodes, maze, maze_episodes, noise, seed, json_out):
+    """Evaluate an expert (expert.pkl, a checkpoint, or their folder): deterministic direction-following
+    return and falls; then, steered by the maze's BFS oracle with generation noise, success on the maze's tasks."""
+    from ttt.expert import NumpyExpert, evaluate_expert, evaluate_expert_maze, load_actor, write_json
+
+    if episodes < 0 or maze_episodes < 0:
+        raise TttError("--episodes and --maze-episodes must be >= 0")
+    actor, _, meta = load_actor(path)
+    doc = dict(expert=str(path), trained_steps=meta.get("step"))
+    if episodes:
+        with _EpisodeBar("direction following", unit="steps") as bar:
+            res = evaluate_expert(actor, episodes=episodes, seed=seed, progress=bar)
+        doc["direction"] = res
+        click.echo(
+            f"deterministic return along z over {episodes} episodes: {res['mean_return']:.2f} +- "
+            f"{res['std_return']:.2f} (min {res['min_return']:.2f}), falls {res['falls']}"
+        )
+    if maze and maze_episodes:
+        with _EpisodeBar(maze) as bar:
+            res = evaluate_expert_maze(
+                NumpyExpert(actor), maze, episodes=maze_episodes, noise=noise, seed=seed, progress=bar
+            )
+        doc["maze"] = res
+        rates = ", ".join(f"task {t}: {v:.2f}" for t, v in res["success"].items())
+        click.echo(f"{maze} with the BFS oracle and noise {noise}: {rates}; overall {res['overall']:.2f}")
+    if json_out:
+        write_json(Path(json_out), doc)
 
 
 @cli.command("pretrain")
@@ -486,9 +605,7 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
                 f"{r['episodes']} episodes x {len(r['tasks'])} tasks){tt}"
             )
         return
-    result = run_pipeline(
-        pipe, out, cache, stage_list, bar=lambda desc, unit: _EpisodeBar(desc, unit), echo=click.echo
-    )
+    result = run_pipeline(pipe, out, cache, stage_list, bar=lambda desc, unit: _EpisodeBar(desc, unit), echo=click.echo)
     click.echo(f"done in {result.wall_s:.0f} s: {out}/results.json, results.csv, report.md, plots/")
 
 

@@ -306,7 +306,7 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
                 )
                 arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
                 arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
-                if setup.spec.family == "pointmaze":  # trajectories for plots (xy, float16)
+                if setup.spec.is_maze:  # trajectories for plots (xy, float16)
                     arrays["xy"] = res.observations[..., :2].astype(np.float16)
                     arrays["start_xy"] = res.starts[..., :2]
                     arrays["goal_xy"] = res.goals[..., :2]

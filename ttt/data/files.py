@@ -159,7 +159,12 @@ def check_arrays(path: Path, arrays: dict[str, np.ndarray], spec: DatasetSpec) -
     if spec.family == "pointmaze":
         if "qpos" in arrays and not np.allclose(arrays["qpos"], obs, atol=1e-6):
             fail("observations must equal qpos for a point maze")
-        _check_maze_contents(fail, obs, spec)
+    if spec.family == "antmaze" and "qpos" in arrays:
+        nq = arrays["qpos"].shape[1]
+        if not np.allclose(obs[:, :nq], arrays["qpos"], atol=1e-5):
+            fail("an ant maze observation must start with the ant's qpos (xy first)")
+    if spec.is_maze:
+        _check_maze_contents(fail, obs[:, :2], spec)
     return CheckReport(path, rows, len(ends), path.stat().st_size, obs.shape[1], act.shape[1])
 
 
@@ -175,7 +180,7 @@ def _check_maze_contents(fail, obs: np.ndarray, spec: DatasetSpec) -> None:
     in_wall = env.maze_map[ij[:, 0], ij[:, 1]] != 0
     if in_wall.any():
         fail(f"row {int(np.argmax(in_wall))} lies inside a wall of the {spec.maze_type} maze")
-    if spec.maze_type != "teleport":
+    if spec.family == "pointmaze" and spec.maze_type != "teleport":
         # qpos += 0.2 * clip(a, -1, 1) moves at most 0.283 a step; wall contacts can add a little; teleports jump.
         step = np.linalg.norm(np.diff(obs, axis=0), axis=-1)
         ep_last = np.zeros(len(obs) - 1, bool)

@@ -103,7 +103,10 @@ def oracle_direction(env) -> np.ndarray:
     return d / (np.linalg.norm(d) + 1e-6)
 
 
-def _maze_episode(env, spec: DatasetSpec, rng_seed: int, noise: float) -> dict[str, np.ndarray]:
+def _maze_episode(env, spec: DatasetSpec, rng_seed: int, noise: float, expert=None) -> dict[str, np.ndarray]:
+    """One maze episode. pointmaze: action = oracle direction + noise; antmaze: action = the expert's
+    deterministic action on ``[observation without xy, oracle direction]`` + noise (OGBench's
+    ``generate_locomaze.py``); both clipped to [-1, 1]."""
     maze_map = env.unwrapped.maze_map
     free, vertex = maze_cells(maze_map)
     init_ij = free[np.random.randint(len(free))]
@@ -114,16 +117,28 @@ def _maze_episode(env, spec: DatasetSpec, rng_seed: int, noise: float) -> dict[s
         goal_ij = adjacent[np.random.randint(len(adjacent))] if adjacent else init_ij
     ob, _ = env.reset(seed=rng_seed, options=dict(task_info=dict(init_ij=init_ij, goal_ij=goal_ij)))
     rows = {k: [] for k in KEYS}
+    reached, first = 0, -1  # goals reached (navigate re-draws); first step (1-based) at the goal
     done = False
     while not done:
-        action = np.clip(oracle_direction(env) + np.random.normal(0, noise, 2), -1, 1)
+        direction = oracle_direction(env)
+        if expert is None:
+            action = direction
+        else:
+            action = expert(np.concatenate([ob[2:], direction]))
+        action = np.clip(action + np.random.normal(0, noise, action.shape), -1, 1)
         next_ob, _, terminated, truncated, info = env.step(action)
         done = terminated or truncated
-        if info["success"] and spec.kind == "navigate":
-            env.unwrapped.set_goal(vertex[np.random.randint(len(vertex))])
+        if info["success"]:
+            first = len(rows["actions"]) + 1 if first < 0 else first
+            if spec.kind == "navigate":
+                reached += 1
+                env.unwrapped.set_goal(vertex[np.random.randint(len(vertex))])
+            else:
+                reached = 1
         for k, v in zip(KEYS, (ob, action, done, info["prev_qpos"], info["prev_qvel"]), strict=True):
             rows[k].append(v)
         ob = next_ob
+    rows["ep_reached"], rows["ep_first"] = [reached], [first]
     return rows
 
 
@@ -146,14 +161,20 @@ def _cube_episode(env, spec: DatasetSpec, rng_seed: int, noise: float, oracle) -
 
 
 def _stack(rows: dict[str, list]) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v, dtype=bool if k == "terminals" else np.float32) for k, v in rows.items()}
+    def dtype(k):
+        return bool if k == "terminals" else np.int64 if k.startswith("ep_") else np.float32
+
+    return {k: np.asarray(v, dtype=dtype(k)) for k, v in rows.items()}
 
 
 def generate_episodes(
-    spec: DatasetSpec, seed: int, split: int, episodes: range, noise: float | None = None
+    spec: DatasetSpec, seed: int, split: int, episodes: range, noise: float | None = None, expert=None
 ) -> dict[str, np.ndarray]:
-    """Generate the given episodes of one split (0 train, 1 val) and return them concatenated."""
+    """Generate the given episodes of one split (0 train, 1 val) and return them concatenated. ``expert``
+    (antmaze only): the deterministic locomotion policy, e.g. ``ttt.expert.NumpyExpert``."""
     noise = spec.noise if noise is None else noise
+    if spec.needs_expert and expert is None:
+        raise TttError(f"{spec.name} is generated with an ant expert: pass one (`--expert PATH`)")
     env = _make_env(spec)
     oracle = None
     if spec.family == "cube":
@@ -165,17 +186,18 @@ def generate_episodes(
         s = _episode_seed(seed, split, ep)
         np.random.seed(s % 2**32)
         env.action_space.seed(s)
-        if spec.family == "pointmaze":
-            parts.append(_stack(_maze_episode(env, spec, s, noise)))
+        if spec.is_maze:
+            parts.append(_stack(_maze_episode(env, spec, s, noise, expert)))
         else:
             parts.append(_stack(_cube_episode(env, spec, s, noise, oracle)))
     env.close()
-    return {k: np.concatenate([p[k] for p in parts]) for k in KEYS}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def _block_job(args):
-    spec_name, seed, split, start, stop, noise = args
-    return split, start, stop, generate_episodes(get_spec(spec_name), seed, split, range(start, stop), noise)
+    spec_name, seed, split, start, stop, noise, expert = args
+    arrays = generate_episodes(get_spec(spec_name), seed, split, range(start, stop), noise, expert)
+    return split, start, stop, arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +206,7 @@ class GenerationPlan:
     episodes: int
     seed: int
     noise: float
+    expert: str | None = None  # content digest of the expert's weights (antmaze)
 
     @property
     def val_episodes(self) -> int:
@@ -199,6 +222,7 @@ class GenerationPlan:
                 noise=self.noise,
                 rows=self.spec.episode_rows,
                 version=__version__,
+                **({"expert": self.expert} if self.expert else {}),
             ),
             sort_keys=True,
         )
@@ -230,8 +254,12 @@ def generate(
     noise: float | None = None,
     force: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    expert: str | os.PathLike | None = None,
 ) -> tuple[Path, Path]:
     """Generate NAME.npz and NAME-val.npz; returns their paths.
+
+    ``expert``: the trained ant expert (``expert.pkl`` or its folder) for the antmaze datasets; its weights'
+    digest enters the resume key and the metadata, so the same seed and expert give the same files.
 
     `progress(done_episodes, total_episodes)` is called as blocks finish. Finished blocks are cached in a
     hidden `.NAME.partial-<key>` folder beside the output, so a rerun after an interruption resumes.
@@ -249,7 +277,22 @@ def generate(
     if existing and not force:
         raise TttError(f"{existing[0]} already exists; pass --force to overwrite it")
 
-    plan = GenerationPlan(spec, episodes, seed, noise)
+    policy, expert_digest = None, None
+    if spec.needs_expert:
+        if expert is None:
+            raise TttError(
+                f"{name} is generated with a trained ant expert: pass --expert PATH "
+                "(train one with `ttt expert train ant`)"
+            )
+        from ttt.expert import NumpyExpert, load_actor
+
+        actor, _, _ = load_actor(expert)
+        policy = NumpyExpert(actor)
+        expert_digest = policy.digest()
+    elif expert is not None:
+        raise TttError(f"{name} is generated by OGBench's oracle; --expert is for the antmaze datasets only")
+
+    plan = GenerationPlan(spec, episodes, seed, noise, expert_digest)
     cache = out_dir / f".{name}.partial-{plan.fingerprint()}"
     cache.mkdir(exist_ok=True)
     (cache / "plan.json").write_text(json.dumps(dataclasses.asdict(plan), default=str))
@@ -263,7 +306,7 @@ def generate(
     done_eps = sum(b[2] - b[1] for b in blocks if b not in todo)
     if progress:
         progress(done_eps, total)
-    jobs = [(name, seed, split, a, b, noise) for split, a, b in todo]
+    jobs = [(name, seed, split, a, b, noise, policy) for split, a, b in todo]
     for split, start, stop, arrays in _run_jobs(jobs, workers):
         atomic_save_npz(block_file(split, start), arrays, compress=False)
         done_eps += stop - start
@@ -274,6 +317,7 @@ def generate(
     for split, path in ((0, train_path), (1, val_path)):
         parts = [np.load(block_file(s, a)) for s, a, _ in blocks if s == split]
         arrays = {k: np.concatenate([p[k] for p in parts]) for k in KEYS}
+        stats = _episode_stats(spec, parts)
         atomic_save_npz(path, arrays, compress=True)
         meta = dict(
             name=name,
@@ -285,6 +329,8 @@ def generate(
             episode_rows=spec.episode_rows,
             env_id=spec.env_id,
             sha256_arrays=array_digest(arrays),
+            **({"expert_sha256": expert_digest} if expert_digest else {}),
+            **stats,
             generator=f"ttt {__version__}",
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
@@ -294,6 +340,27 @@ def generate(
         paths.append(path)
     shutil.rmtree(cache, ignore_errors=True)
     return paths[0], paths[1]
+
+
+def _episode_stats(spec: DatasetSpec, parts: list) -> dict:
+    """How the behaviour policy did, from the per-episode records (maze datasets): goals reached per navigate
+    episode; share of stitch episodes at their goal and the step of first arrival."""
+    if not spec.is_maze or not all("ep_reached" in p for p in parts):
+        return {}
+    reached = np.concatenate([p["ep_reached"] for p in parts])
+    first = np.concatenate([p["ep_first"] for p in parts])
+    if spec.kind == "navigate":
+        return dict(
+            goals_reached_mean=float(reached.mean()),
+            goals_reached_min=int(reached.min()),
+            episodes_without_goal=int((reached == 0).sum()),
+        )
+    hit = first > 0
+    return dict(
+        goal_reached_fraction=float(hit.mean()),
+        first_arrival_median=float(np.median(first[hit])) if hit.any() else None,
+        first_arrival_p90=float(np.percentile(first[hit], 90)) if hit.any() else None,
+    )
 
 
 def _run_jobs(jobs: list, workers: int | None) -> Iterator:

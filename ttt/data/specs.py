@@ -1,7 +1,8 @@
 """The OGBench datasets this project can generate offline, with OGBench's published generation settings.
 
 Settings follow OGBench's `data_gen_scripts/commands.sh` (navigate: 1000 episodes x 1001 rows, giant 500 x 2001;
-stitch: 5000 x 201; cube-single play: 1000 x 1001) and the `-val` split holds one tenth of the episodes.
+stitch: 5000 x 201; cube-single play: 1000 x 1001) and the `-val` split holds one tenth of the episodes. The
+antmaze datasets need a trained ant expert (``ttt expert train ant``; OGBench downloads its own).
 """
 
 from __future__ import annotations
@@ -22,15 +23,25 @@ class DatasetSpec:
 
     name: str  # e.g. 'pointmaze-medium-navigate-v0'
     env_id: str  # gymnasium id, e.g. 'pointmaze-medium-v0'
-    family: str  # 'pointmaze' | 'cube'
+    family: str  # 'pointmaze' | 'antmaze' | 'cube'
     kind: str  # 'navigate' | 'stitch' | 'play'
     episodes: int  # training episodes at full size (val: episodes // 10)
     episode_rows: int  # rows per episode (= max_episode_steps; the last row is the terminal one)
     noise: float  # action noise (maze: Gaussian std; cube: plan-oracle noise)
     ob_dim: int
     action_dim: int
-    goal_eps: float  # success threshold on goal coordinates (pointmaze 1.0, cube 0.04 m)
+    goal_eps: float  # success threshold on goal coordinates (pointmaze 1.0, antmaze 0.5, cube 0.04 m)
     noise_smoothing: float = 0.0  # cube plan oracle only
+
+    @property
+    def is_maze(self) -> bool:
+        """A locomotion maze (point or ant): goals are the agent's xy, the first two observation numbers."""
+        return self.family in ("pointmaze", "antmaze")
+
+    @property
+    def needs_expert(self) -> bool:
+        """Generated with a trained locomotion expert (``ttt expert train ant``) rather than an oracle."""
+        return self.family == "antmaze"
 
     @property
     def maze_type(self) -> str:
@@ -41,7 +52,7 @@ class DatasetSpec:
 
     def goal_coords(self, observations: np.ndarray) -> np.ndarray:
         """Goal coordinates of observations: maze xy, or the cube's position in metres."""
-        if self.family == "pointmaze":
+        if self.is_maze:
             return observations[..., :2]
         return observations[..., 19:22] / np.float32(10.0) + CUBE_XYZ_CENTER
 
@@ -53,12 +64,46 @@ def _build() -> dict[str, DatasetSpec]:
         for kind, eps, rows in (("navigate", nav_eps, nav_rows), ("stitch", 5000, 201)):
             name = f"pointmaze-{maze}-{kind}-v0"
             specs[name] = DatasetSpec(
-                name=name, env_id=f"pointmaze-{maze}-v0", family="pointmaze", kind=kind, episodes=eps,
-                episode_rows=rows, noise=0.5, ob_dim=2, action_dim=2, goal_eps=1.0,
+                name=name,
+                env_id=f"pointmaze-{maze}-v0",
+                family="pointmaze",
+                kind=kind,
+                episodes=eps,
+                episode_rows=rows,
+                noise=0.5,
+                ob_dim=2,
+                action_dim=2,
+                goal_eps=1.0,
+            )
+    # antmaze: OGBench's SAC ant expert steered by the BFS oracle, noise 0.2, success within 0.5 of the goal.
+    for maze in ("medium", "large", "giant", "teleport"):
+        nav_eps, nav_rows = (500, 2001) if maze == "giant" else (1000, 1001)
+        for kind, eps, rows in (("navigate", nav_eps, nav_rows), ("stitch", 5000, 201)):
+            name = f"antmaze-{maze}-{kind}-v0"
+            specs[name] = DatasetSpec(
+                name=name,
+                env_id=f"antmaze-{maze}-v0",
+                family="antmaze",
+                kind=kind,
+                episodes=eps,
+                episode_rows=rows,
+                noise=0.2,
+                ob_dim=29,
+                action_dim=8,
+                goal_eps=0.5,
             )
     specs["cube-single-play-v0"] = DatasetSpec(
-        name="cube-single-play-v0", env_id="cube-single-v0", family="cube", kind="play", episodes=1000,
-        episode_rows=1001, noise=0.1, noise_smoothing=0.5, ob_dim=28, action_dim=5, goal_eps=0.04,
+        name="cube-single-play-v0",
+        env_id="cube-single-v0",
+        family="cube",
+        kind="play",
+        episodes=1000,
+        episode_rows=1001,
+        noise=0.1,
+        noise_smoothing=0.5,
+        ob_dim=28,
+        action_dim=5,
+        goal_eps=0.04,
     )
     return specs
 
