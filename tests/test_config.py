@@ -165,3 +165,19 @@ def test_bad_distributed_environment_is_one_line(monkeypatch, capsys):
     monkeypatch.setenv("TTT_PROCESS_ID", "2")
     assert main(["run", "quickstart", "--dry-run"]) == 2
     assert "TTT_PROCESS_ID must be in [0, TTT_NUM_PROCESSES), got 2 of 2" in capsys.readouterr().err
+
+
+def test_antmaze_data_stage_needs_an_expert(tmp_path):
+    from ttt.pipeline import ensure_data
+
+    p = write(tmp_path, '[defaults]\ndataset = "antmaze-medium-stitch-v0"\ndata_episodes = 2\n[[run]]\n')
+    run = load_pipeline(p).runs[0]
+    assert run["expert"] is None
+
+    def bar(*a):
+        raise AssertionError("nothing may be generated")
+
+    with pytest.raises(TttError, match="set the run key expert to an expert.pkl"):
+        ensure_data(run, tmp_path / "cache", True, bar, lambda s: None)
+    with pytest.raises(TttError, match="the 'data' stage produces it"):
+        ensure_data(run, tmp_path / "cache", False, bar, lambda s: None)

@@ -131,3 +131,31 @@ def test_checkpoint_that_does_not_fit_the_environment(checkpoint, capsys):
                      capsys)  # fmt: skip
     line = one_line_error(err)
     assert rc == 2 and "observation size 2" in line and "observation size 28" in line
+
+
+def test_antmaze_runs_through_the_host_driver(tmp_path):
+    """antmaze has no in-program env (MJX is ~1000x slower than C MuJoCo on CPU: benchmarks/antmaze_physics.py):
+    GC-TTT runs it through the host driver, on a tiny dataset made with an untrained expert; the compiled driver
+    is refused with the reason."""
+    from ttt.expert import save_actor
+    from ttt.sac import SACConfig, TanhGaussianActor
+
+    name = "antmaze-medium-stitch-v0"
+    actor = TanhGaussianActor(jax.random.key(0), 29, 8, (16,), final_init_scale=1.0)
+    save_actor(tmp_path / "e.pkl", actor, SACConfig(actor_hidden_dims=(16,)), dict(step=0))
+    gen.generate(name, episodes=3, seed=0, directory=tmp_path, workers=1, expert=tmp_path / "e.pkl")
+    data = load(name, tmp_path)
+    spec = get_spec(name)
+    cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16,), "value_hidden_dims": (16,),
+                                                      "batch_size": 16})  # fmt: skip
+    ttt = TTTConfig(K=15, select=SelectConfig(q=0.5, mode="mc", eps_rel=3.0), finetune=FinetuneConfig(steps=2, lr=1e-3))
+    setup = EvalSetup("gcbc", cfg, sampler, spec, ttt, max_steps=30)
+    keys = jax.random.split(jax.random.key(0), 1)
+    ag = eqx.filter_vmap(lambda k: init_state(k, "gcbc", 29, 8, cfg).agent)(keys)
+    res = evaluate(setup, ag, data, driver="host", episodes=1, tasks=(1, 2), seed=0)
+    assert res.observations.shape == (1, 2, 1, 30, 29) and (res.steps == 30).all()
+    assert res.rounds["n_selected"].shape[-1] == 2 and (res.rounds["n_selected"] > 0).any()
+    # Starts are the tasks' start cells (OGBench's task list), goals 29-d with the goal xy first.
+    assert np.linalg.norm(res.starts[0, 0, 0, :2] - res.starts[0, 1, 0, :2]) > 1.0
+    with pytest.raises(Exception, match="antmaze"):
+        evaluate(setup, ag, data, driver="compiled", episodes=1, tasks=(1,), seed=0)

@@ -90,19 +90,36 @@ def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: E
                     f"{npz} holds {meta.get('episodes')} episodes of seed {meta.get('seed')}, but the run asks for "
                     f"{what}; set data_dir to another directory or change data_episodes / data_seed"
                 )
+            if run["expert"] is not None and meta.get("expert_sha256") not in (None, _expert_digest(run["expert"])):
+                raise TttError(
+                    f"{npz} was generated with another expert than {run['expert']}; set data_dir to another "
+                    "directory, or drop the expert key to use the existing data"
+                )
         return d
+    expert = f" --expert {run['expert']}" if run["expert"] else ""
     if not generate:
         raise TttError(
             f"dataset {what} is missing from {d}; the 'data' stage produces it (add data to --stages, or run "
-            f"`ttt data generate {run['dataset']} --episodes {episodes} --seed {run['data_seed']} --dir {d}`)"
+            f"`ttt data generate {run['dataset']} --episodes {episodes} --seed {run['data_seed']} --dir {d}{expert}`)"
+        )
+    if spec.needs_expert and run["expert"] is None:
+        raise TttError(
+            f"dataset {what} is missing from {d} and is generated with an ant expert: set the run key expert to "
+            "an expert.pkl (train one with `ttt expert train ant`)"
         )
     from ttt.data.generate import generate as gen
 
     echo(f"  data: generating {what} into {d}")
     d.mkdir(parents=True, exist_ok=True)
     with bar(f"generate {run['dataset']}", "episodes") as b:
-        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b)
+        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b, expert=run["expert"])
     return d
+
+
+def _expert_digest(path: str) -> str:
+    from ttt.expert import NumpyExpert, load_actor
+
+    return NumpyExpert(load_actor(path)[0]).digest()
 
 
 # ----------------------------------------------------------------------------------------------- pretrain
