@@ -80,7 +80,9 @@ def test_sac_loss_matches_numpy_on_a_hand_built_batch():
     # Perturb every parameter so the heads (init scale 1e-2) and log-alpha are not near-trivial.
     leaves, tdef = jax.tree.flatten(state.params)
     keys = jax.random.split(jax.random.key(4), len(leaves))
-    params = jax.tree.unflatten(tdef, [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
+    params = jax.tree.unflatten(
+        tdef, [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
+    )
     target = jax.tree.map(lambda x: x + 0.1, params.critic)
     batch = _batch(rng)
     key = jax.random.key(7)
@@ -129,10 +131,15 @@ def test_update_moves_targets_by_polyak_and_counts():
     new, metrics = make_sac_update(TINY, 2)(state, batch, jax.random.key(1))
     assert int(new.updates) == 1 and np.isfinite(float(metrics["critic_loss"]))
     for t_new, c_new, t_old in zip(
-        jax.tree.leaves(new.target_critic), jax.tree.leaves(new.params.critic), jax.tree.leaves(state.target_critic)
+        jax.tree.leaves(new.target_critic),
+        jax.tree.leaves(new.params.critic),
+        jax.tree.leaves(state.target_critic),
+        strict=True,
     ):
         np.testing.assert_allclose(t_new, 0.005 * c_new + 0.995 * t_old, rtol=1e-6, atol=1e-7)
-    changed = [not np.allclose(a, b) for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params))]
+    changed = [
+        not np.allclose(a, b) for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(state.params), strict=True)
+    ]
     assert all(changed)  # one Adam over actor, critics and temperature
 
 
