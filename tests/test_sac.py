@@ -241,6 +241,11 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
     lines = (tmp_path / "b" / "train.csv").read_text().splitlines()
     assert len(lines) == 1 + 600 // 20  # one line per episode, none twice
+    # Asking again for what is done trains nothing and gives the run's log back.
+    t = (tmp_path / "b" / "expert.pkl").stat().st_mtime_ns
+    again = train_expert(tmp_path / "b", steps=600, seed=1, cfg=SMOKE, env_factory=_Heading)
+    assert (tmp_path / "b" / "expert.pkl").stat().st_mtime_ns == t and again.step == 600
+    np.testing.assert_allclose([r[1] for r in again.returns], [r[1] for r in whole.returns], atol=1e-3)
     # Other settings in the same folder are refused.
     with pytest.raises(Exception, match="other settings"):
         train_expert(tmp_path / "b", steps=700, seed=2, cfg=SMOKE, env_factory=_Heading)

@@ -292,6 +292,9 @@ def train_expert(
     obs_dim, action_dim = env.obs_dim, env.action_dim
     train_step = make_train_step(cfg, action_dim)
 
+    done_log = _finished_log(out, cfg, seed, steps)
+    if done_log is not None:  # already trained this far: nothing to do
+        return done_log
     if ckpt.exists():
         with open(ckpt, "rb") as f:
             doc = pickle.load(f)
@@ -391,9 +394,46 @@ def train_expert(
 
 def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog) -> None:
     meta = dict(
-        step=log.step, episodes=log.episodes, falls=log.falls, wall_s=log.wall, recent_return=log.recent_return()
+        step=log.step,
+        episodes=log.episodes,
+        falls=log.falls,
+        wall_s=log.wall,
+        recent_return=log.recent_return(),
+        seed=log_seed(out),
     )
     save_actor(out / "expert.pkl", carry.sac.params.actor, cfg, meta)
+
+
+def log_seed(out: Path) -> int | None:
+    ckpt = Path(out) / CKPT_NAME
+    if not ckpt.exists():
+        return None
+    with open(ckpt, "rb") as f:
+        return pickle.load(f)["host"]["seed"]
+
+
+def _finished_log(out: Path, cfg: SACConfig, seed: int, steps: int) -> TrainLog | None:
+    """The log of a finished run in ``out`` (``expert.pkl`` trained for at least ``steps`` with this config and
+    seed), rebuilt from ``train.csv``; None when training has to run."""
+    path = out / "expert.pkl"
+    if not path.exists():
+        return None
+    with open(path, "rb") as f:
+        doc = pickle.load(f)
+    meta = doc.get("meta", {})
+    same = {k: v for k, v in doc["cfg"].items() if k != "total_steps"} == {
+        k: v for k, v in dataclasses.asdict(cfg).items() if k != "total_steps"
+    }
+    if not same or meta.get("step", 0) < steps or meta.get("seed", log_seed(out)) != seed:
+        return None
+    log = TrainLog(step=meta["step"], episodes=meta["episodes"], falls=meta["falls"], wall=meta["wall_s"])
+    csv = out / "train.csv"
+    if csv.exists():
+        for line in csv.read_text().splitlines()[1:]:
+            st, _, ret, length, fell = line.split(",")
+            if int(st) <= log.step:
+                log.returns.append((int(st), float(ret), int(length), bool(int(fell))))
+    return log
 
 
 def evaluate_expert(
