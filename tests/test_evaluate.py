@@ -134,7 +134,7 @@ def test_checkpoint_that_does_not_fit_the_environment(checkpoint, capsys):
 
 
 def test_antmaze_runs_through_the_host_driver(tmp_path):
-    """antmaze has no in-program env (MJX is ~1000x slower than C MuJoCo on CPU: benchmarks/antmaze_physics.py):
+    """antmaze has no in-program env (MJX is 350-950x slower than C MuJoCo on CPU: benchmarks/antmaze_physics.py):
     GC-TTT runs it through the host driver, on a tiny dataset made with an untrained expert; the compiled driver
     is refused with the reason."""
     from ttt.expert import save_actor

@@ -2,7 +2,7 @@
 
 ``make_env(env_id, backend)`` builds the JAX env of an OGBench gymnasium id: every PointMaze maze (medium,
 large, giant, and teleport, whose random exits are drawn from a key carried in the state). Envs without one
-(``cube-single-v0``: mesh contacts MJX cannot run well; the ant mazes: MJX is about 1000x slower than C MuJoCo
+(``cube-single-v0``: mesh contacts MJX cannot run well; the ant mazes: MJX is 350-950x slower than C MuJoCo
 on CPU) use the host driver, which steps OGBench's gymnasium
 env from Python.
 """
@@ -23,7 +23,7 @@ JAX_ENVS: tuple[str, ...] = (
 HOST_ONLY_ENVS: dict[str, str] = {
     "cube-single-v0": "its mesh contacts are out of MJX's reach",
     **{
-        f"antmaze-{maze}-v0": "MJX steps the ant maze about 1000x slower than C MuJoCo on CPU: "
+        f"antmaze-{maze}-v0": "MJX steps the ant maze 350-950x slower than C MuJoCo on CPU: "
         "benchmarks/antmaze_physics.py"
         for maze in ("medium", "large", "giant", "teleport")
     },
