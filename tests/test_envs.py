@@ -208,12 +208,15 @@ def test_other_mazes_match_ogbench_tasks(env_id):
 def test_make_env_errors():
     assert JAX_ENVS == ("pointmaze-medium-v0", "pointmaze-large-v0", "pointmaze-giant-v0", "pointmaze-teleport-v0")
     assert has_jax_env(ENV_ID) and has_jax_env(TELEPORT_ID) and not has_jax_env("cube-single-v0")
-    assert set(HOST_ONLY_ENVS) == {"cube-single-v0"}
+    mazes = ("medium", "large", "giant", "teleport")
+    assert set(HOST_ONLY_ENVS) == {"cube-single-v0", *(f"antmaze-{m}-v0" for m in mazes)}
     with pytest.raises(ValueError, match="valid ids: pointmaze-medium-v0, pointmaze-large-v0") as e:
         make_env("pointmaze-huge-v0")
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="host driver"):
         make_env("cube-single-v0")
+    with pytest.raises(ValueError, match="antmaze-medium-v0 has no in-program env .*slower than C MuJoCo.*host driver"):
+        make_env("antmaze-medium-v0")
     with pytest.raises(ValueError, match="valid backends: mujoco, mjx"):
         make_env(ENV_ID, backend="brax")
 
