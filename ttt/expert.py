@@ -229,8 +229,8 @@ def _checkpoint_doc(carry: TrainCarry, cfg: SACConfig, log: TrainLog, host: dict
         k: np.asarray(getattr(carry.replay, k)[:n])
         for k in ("observations", "actions", "rewards", "masks", "next_observations")
     }
-    sac_leaves = [np.asarray(x) for x in jax.tree.leaves(carry.sac)]
-    actor_leaves = [np.asarray(x) for x in jax.tree.leaves(eqx.filter(carry.sac.params.actor, eqx.is_array))]
+    sac_leaves = [np.array(x, copy=True) for x in jax.tree.leaves(carry.sac)]  # copies: the next step donates
+    actor_leaves = [np.array(x, copy=True) for x in jax.tree.leaves(eqx.filter(carry.sac.params.actor, eqx.is_array))]
     return dict(
         kind="ant-expert-checkpoint",
         cfg=dataclasses.asdict(cfg),
