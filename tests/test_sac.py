@@ -261,3 +261,25 @@ def test_numpy_expert_equals_the_actor_mode(tmp_path):
     assert eqx.tree_equal(eqx.filter(again, eqx.is_array), eqx.filter(actor, eqx.is_array))
     assert NumpyExpert(again).digest() == NumpyExpert(actor).digest()
     assert dataclasses.asdict(cfg)["lr"] == 1e-4
+
+
+@pytest.mark.parametrize(
+    "args, expect",
+    [
+        (["expert", "eval", "NOTES"], "is not a file written by `ttt expert train`"),
+        (["expert", "eval", "E", "--episodes", "0", "--maze", "pointmaze-medium-v0"], "--maze must be an ant maze"),
+        (["expert", "eval", "E", "--episodes", "0", "--noise", "-1"], "--noise must be >= 0, got -1.0"),
+        (["expert", "eval", "missing.pkl"], "no expert at missing.pkl"),
+        (["expert", "train", "ant", "--steps", "0"], "--steps must be >= 1, got 0"),
+    ],
+)
+def test_expert_cli_errors_are_one_line(tmp_path, monkeypatch, capsys, args, expect):
+    from ttt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "NOTES").write_text("not an expert")
+    actor = TanhGaussianActor(jax.random.key(0), 29, 8, (4,))
+    save_actor(tmp_path / "E", actor, SACConfig(actor_hidden_dims=(4,)), dict(step=0))
+    rc = main(args)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and expect in err, err

@@ -176,7 +176,7 @@ def expert() -> None:
 
 
 @expert.command("train")
-@click.argument("robot", type=click.Choice(["ant"]))
+@click.argument("robot", type=click.Choice(["ant"]), metavar="ROBOT")
 @click.option("--steps", type=int, default=400_000, show_default=True, help="Environment steps in all (OGBench: 400k).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the agent and the environment stream.")
 @click.option(
@@ -258,6 +258,13 @@ def expert_eval(path, episodes, maze, maze_episodes, noise, seed, json_out):
 
     if episodes < 0 or maze_episodes < 0:
         raise TttError("--episodes and --maze-episodes must be >= 0")
+    if noise < 0:
+        raise TttError(f"--noise must be >= 0, got {noise}")
+    from ttt.data.specs import SPECS
+
+    mazes = sorted({sp.env_id for sp in SPECS.values() if sp.family == "antmaze"})
+    if maze and maze not in mazes:
+        raise TttError(f"--maze must be an ant maze ({', '.join(mazes)}) or '' to skip, got {maze!r}")
     actor, _, meta = load_actor(path)
     doc = dict(expert=str(path), trained_steps=meta.get("step"))
     if episodes:

@@ -146,6 +146,18 @@ def _atomic_pickle(path: Path, obj) -> None:
         raise
 
 
+def _read_pickle(path: Path) -> dict:
+    """A file written by this module; anything else is a one-line error."""
+    try:
+        with open(path, "rb") as f:
+            doc = pickle.load(f)
+    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, ImportError, IndexError) as e:
+        raise TttError(f"{path} is not a file written by `ttt expert train` ({type(e).__name__}: {e})") from None
+    if not isinstance(doc, dict):
+        raise TttError(f"{path} is not a file written by `ttt expert train`")
+    return doc
+
+
 def _to_numpy(tree):
     return jax.tree.map(lambda x: np.asarray(jax.random.key_data(x)) if _is_key(x) else np.asarray(x), tree)
 
@@ -176,8 +188,7 @@ def load_actor(path: str | Path) -> tuple[TanhGaussianActor, SACConfig, dict]:
         path = path / "expert.pkl" if (path / "expert.pkl").exists() else path / CKPT_NAME
     if not path.exists():
         raise TttError(f"no expert at {path}: train one with `ttt expert train ant --out DIR`")
-    with open(path, "rb") as f:
-        doc = pickle.load(f)
+    doc = _read_pickle(path)
     if doc.get("kind") == "ant-expert-checkpoint":
         dims = {k: doc["host"][k] for k in ("obs_dim", "action_dim") if k in doc["host"]}
         doc = dict(cfg=doc["cfg"], leaves=doc["actor_leaves"], meta=dict(step=doc["log"].step), **dims)
@@ -296,8 +307,7 @@ def train_expert(
     if done_log is not None:  # already trained this far: nothing to do
         return done_log
     if ckpt.exists():
-        with open(ckpt, "rb") as f:
-            doc = pickle.load(f)
+        doc = _read_pickle(ckpt)
         if doc.get("kind") != "ant-expert-checkpoint":
             raise TttError(f"{ckpt} is not an ant expert checkpoint")
         saved = {k: v for k, v in doc["cfg"].items() if k != "total_steps"}
@@ -326,7 +336,7 @@ def train_expert(
         host = dict(seed=seed, capacity=capacity, obs_dim=obs_dim, action_dim=action_dim)
 
     if log.step >= steps:
-        _finish(out, carry, cfg, log)
+        _finish(out, carry, cfg, log, seed)
         return log
 
     arrays, static = eqx.partition(carry, eqx.is_array)
@@ -388,28 +398,25 @@ def train_expert(
             t_last, s_last = now, log.step
     carry = eqx.combine(arrays, static)
     if log.step >= steps:
-        _finish(out, carry, cfg, log)
+        _finish(out, carry, cfg, log, seed)
     return log
 
 
-def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog) -> None:
+def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int) -> None:
     meta = dict(
         step=log.step,
         episodes=log.episodes,
         falls=log.falls,
         wall_s=log.wall,
         recent_return=log.recent_return(),
-        seed=log_seed(out),
+        seed=seed,
     )
     save_actor(out / "expert.pkl", carry.sac.params.actor, cfg, meta)
 
 
-def log_seed(out: Path) -> int | None:
-    ckpt = Path(out) / CKPT_NAME
-    if not ckpt.exists():
-        return None
-    with open(ckpt, "rb") as f:
-        return pickle.load(f)["host"]["seed"]
+def _checkpoint_seed(out: Path) -> int | None:
+    """The seed of the run in ``out`` (for experts saved before their meta held it)."""
+    return _read_pickle(out / CKPT_NAME)["host"]["seed"] if (out / CKPT_NAME).exists() else None
 
 
 def _finished_log(out: Path, cfg: SACConfig, seed: int, steps: int) -> TrainLog | None:
@@ -418,13 +425,14 @@ def _finished_log(out: Path, cfg: SACConfig, seed: int, steps: int) -> TrainLog 
     path = out / "expert.pkl"
     if not path.exists():
         return None
-    with open(path, "rb") as f:
-        doc = pickle.load(f)
+    doc = _read_pickle(path)
     meta = doc.get("meta", {})
     same = {k: v for k, v in doc["cfg"].items() if k != "total_steps"} == {
         k: v for k, v in dataclasses.asdict(cfg).items() if k != "total_steps"
     }
-    if not same or meta.get("step", 0) < steps or meta.get("seed", log_seed(out)) != seed:
+    if not same or meta.get("step", 0) < steps:
+        return None
+    if (meta["seed"] if "seed" in meta else _checkpoint_seed(out)) != seed:
         return None
     log = TrainLog(step=meta["step"], episodes=meta["episodes"], falls=meta["falls"], wall=meta["wall_s"])
     csv = out / "train.csv"

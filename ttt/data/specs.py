@@ -59,39 +59,25 @@ class DatasetSpec:
 
 def _build() -> dict[str, DatasetSpec]:
     specs = {}
-    for maze in ("medium", "large", "giant", "teleport"):
-        nav_eps, nav_rows = (500, 2001) if maze == "giant" else (1000, 1001)
-        for kind, eps, rows in (("navigate", nav_eps, nav_rows), ("stitch", 5000, 201)):
-            name = f"pointmaze-{maze}-{kind}-v0"
-            specs[name] = DatasetSpec(
-                name=name,
-                env_id=f"pointmaze-{maze}-v0",
-                family="pointmaze",
-                kind=kind,
-                episodes=eps,
-                episode_rows=rows,
-                noise=0.5,
-                ob_dim=2,
-                action_dim=2,
-                goal_eps=1.0,
-            )
-    # antmaze: OGBench's SAC ant expert steered by the BFS oracle, noise 0.2, success within 0.5 of the goal.
-    for maze in ("medium", "large", "giant", "teleport"):
-        nav_eps, nav_rows = (500, 2001) if maze == "giant" else (1000, 1001)
-        for kind, eps, rows in (("navigate", nav_eps, nav_rows), ("stitch", 5000, 201)):
-            name = f"antmaze-{maze}-{kind}-v0"
-            specs[name] = DatasetSpec(
-                name=name,
-                env_id=f"antmaze-{maze}-v0",
-                family="antmaze",
-                kind=kind,
-                episodes=eps,
-                episode_rows=rows,
-                noise=0.2,
-                ob_dim=29,
-                action_dim=8,
-                goal_eps=0.5,
-            )
+    # pointmaze: OGBench's BFS oracle + N(0, 0.5^2); antmaze: our SAC ant expert steered by the same oracle,
+    # N(0, 0.2^2) (family, noise, ob_dim, action_dim, goal_eps).
+    for family, noise, ob_dim, action_dim, goal_eps in (("pointmaze", 0.5, 2, 2, 1.0), ("antmaze", 0.2, 29, 8, 0.5)):
+        for maze in ("medium", "large", "giant", "teleport"):
+            nav_eps, nav_rows = (500, 2001) if maze == "giant" else (1000, 1001)
+            for kind, eps, rows in (("navigate", nav_eps, nav_rows), ("stitch", 5000, 201)):
+                name = f"{family}-{maze}-{kind}-v0"
+                specs[name] = DatasetSpec(
+                    name=name,
+                    env_id=f"{family}-{maze}-v0",
+                    family=family,
+                    kind=kind,
+                    episodes=eps,
+                    episode_rows=rows,
+                    noise=noise,
+                    ob_dim=ob_dim,
+                    action_dim=action_dim,
+                    goal_eps=goal_eps,
+                )
     specs["cube-single-play-v0"] = DatasetSpec(
         name="cube-single-play-v0",
         env_id="cube-single-v0",
