@@ -241,6 +241,13 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
     lines = (tmp_path / "b" / "train.csv").read_text().splitlines()
     assert len(lines) == 1 + 600 // 20  # one line per episode, none twice
+    # Every checkpoint leaves its actor to evaluate later; the last one is the expert.
+    snaps = sorted((tmp_path / "b" / "actors").glob("actor-*.pkl"))
+    assert [p.name for p in snaps] == [f"actor-{s:07d}.pkl" for s in (100, 200, 300, 400, 500, 600)]
+    c, _, meta = load_actor(snaps[2])
+    assert meta["step"] == 300 and meta["seed"] == 1
+    for x, y in zip(jax.tree.leaves(load_actor(snaps[-1])[0]), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
     # Asking again for what is done trains nothing and gives the run's log back.
     t = (tmp_path / "b" / "expert.pkl").stat().st_mtime_ns
     again = train_expert(tmp_path / "b", steps=600, seed=1, cfg=SMOKE, env_factory=_Heading)

@@ -178,6 +178,7 @@ def save_actor(path: Path, actor: TanhGaussianActor, cfg: SACConfig, meta: dict)
         obs_dim=obs_dim,
         action_dim=action_dim,
     )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     _atomic_pickle(Path(path), doc)
 
 
@@ -389,6 +390,7 @@ def train_expert(
                 host.update(env.snapshot(), action=action.copy())  # the next episode's start
                 carry = eqx.combine(arrays, static)
                 _atomic_pickle(ckpt, _checkpoint_doc(carry, cfg, log, host))
+                _snapshot_actor(out, carry, cfg, log, seed)
                 last_ckpt = log.step
                 if stop_after_s is not None and elapsed >= stop_after_s:
                     break
@@ -402,8 +404,13 @@ def train_expert(
     return log
 
 
-def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int) -> None:
-    meta = dict(
+def _snapshot_actor(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int) -> None:
+    """The actor at this checkpoint as ``out/actors/actor-STEP.pkl`` (0.3 MB), to evaluate and choose among."""
+    save_actor(out / "actors" / f"actor-{log.step:07d}.pkl", carry.sac.params.actor, cfg, _meta(log, seed))
+
+
+def _meta(log: TrainLog, seed: int) -> dict:
+    return dict(
         step=log.step,
         episodes=log.episodes,
         falls=log.falls,
@@ -411,7 +418,10 @@ def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: i
         recent_return=log.recent_return(),
         seed=seed,
     )
-    save_actor(out / "expert.pkl", carry.sac.params.actor, cfg, meta)
+
+
+def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int) -> None:
+    save_actor(out / "expert.pkl", carry.sac.params.actor, cfg, _meta(log, seed))
 
 
 def _checkpoint_seed(out: Path) -> int | None:
