@@ -53,6 +53,24 @@ def test_pretrain_then_eval(trained, capsys):
                         "--seeds", "2", "--out", str(ck), "--dir", str(d), *TINY], capsys)
     assert rc == 0, err
     assert json.loads((ck / "meta.json").read_text())["step"] == 6
+    # Not a terminal: progress is plain lines on stderr (here only the last: the run is shorter than 30 s).
+    progress = [ln for ln in err.splitlines() if ln.startswith("pretrain gcbc ")]
+    assert len(progress) == 1 and progress[0].startswith("pretrain gcbc 6/6 steps") and "loss=" in progress[0], err
+
+
+def test_progress_without_a_terminal_prints_lines(capsys, monkeypatch):
+    from ttt import cli
+
+    clock = iter([0.0, 10.0, 40.0, 50.0, 60.0, 61.0])
+    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
+    with cli._EpisodeBar("train", unit="steps") as bar:  # lines every 30 s
+        for done in (0, 100, 400, 500, 600):  # at 0, 10, 40, 50, 60 s
+            bar(done, 1000, rate="10")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "train 400/1000 steps  rate 10  0:00:40 elapsed  eta 0:01:00",  # 400 steps in 40 s: 600 left at 10/s
+        "train 600/1000 steps  rate 10  0:01:01 elapsed  eta 0:00:41",  # the last update, when the work stops
+    ]
 
 
 def test_unknown_agent_and_profile_list_valid_ones(capsys):

@@ -23,15 +23,33 @@ def _human(n: int | None) -> str:
 
 
 class _EpisodeBar:
-    """A rich progress bar (episodes done / total, elapsed, time left) that appears on its first update,
-    so that errors found before any work starts are not preceded by an empty bar."""
+    """Progress of long work: ``bar(done, total, **fields)``.
 
-    def __init__(self, description: str, unit: str = "episodes"):
+    On a terminal, a rich progress bar (done / total, the fields, elapsed, time left) that appears on its first
+    update, so that errors found before any work starts are not preceded by an empty bar. Elsewhere (a log file, a
+    batch job, CI), where a live bar would print nothing until the end, one plain line on stderr every ``every_s``
+    seconds and when done."""
+
+    def __init__(self, description: str, unit: str = "episodes", every_s: float = 30.0):
         self.description = description
         self.unit = unit
+        self.every_s = every_s
         self.bar = None
+        self.terminal = sys.stdout.isatty()
+        self.t0 = self.start = self.last_line = None
+        self.state = None  # (done, total, fields) of the last update
+        self.printed = None  # the update last printed as a line
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, **fields) -> None:
+        info = "  ".join(f"{k} {v}" for k, v in fields.items())
+        if not self.terminal:
+            now = time.perf_counter()
+            if self.t0 is None:
+                self.t0, self.start, self.last_line = now, done, now
+            self.state = (done, total, info)
+            if now - self.last_line >= self.every_s or done >= total:
+                self._line(now)
+            return
         if self.bar is None:
             from rich.progress import (
                 BarColumn,
@@ -47,13 +65,23 @@ class _EpisodeBar:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn(self.unit),
+                TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(),
                 TextColumn("eta"),
                 TimeRemainingColumn(),
             )
-            self.task = self.bar.add_task(self.description, total=total, completed=done)
+            self.task = self.bar.add_task(self.description, total=total, completed=done, info=info)
             self.bar.start()
-        self.bar.update(self.task, completed=done, total=total)
+        self.bar.update(self.task, completed=done, total=total, info=info)
+
+    def _line(self, now: float) -> None:
+        done, total, info = self.state
+        elapsed = now - self.t0
+        rate = (done - self.start) / elapsed if elapsed > 0 else 0.0
+        eta = f"eta {_clock((total - done) / rate)}" if rate > 0 and done < total else ""
+        parts = [f"{self.description} {done}/{total} {self.unit}", info, f"{_clock(elapsed)} elapsed", eta]
+        click.echo("  ".join(p for p in parts if p), err=True)
+        self.last_line, self.printed = now, self.state
 
     def __enter__(self):
         return self
@@ -61,6 +89,13 @@ class _EpisodeBar:
     def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.stop()
+        if self.state is not None and self.state != self.printed:
+            self._line(time.perf_counter())
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 @click.group(context_settings=dict(help_option_names=["-h", "--help"]))
@@ -196,30 +231,10 @@ def expert_train(robot, steps, seed, out, checkpoint_every, eval_episodes):
         raise TttError(f"--checkpoint-every must be >= 1, got {checkpoint_every}")
     if eval_episodes < 0:
         raise TttError(f"--eval-episodes must be >= 0, got {eval_episodes}")
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(
-        TextColumn("SAC ant"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("steps"),
-        TextColumn("return {task.fields[ret]}"),
-        TextColumn("{task.fields[rate]} steps/s"),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    ) as bar:
-        task = bar.add_task("train", total=steps, ret="-", rate="-")
+    with _EpisodeBar(f"SAC {robot}", unit="steps") as bar:
 
         def progress(log, rate):
-            bar.update(task, completed=log.step, ret=f"{log.recent_return():.2f}", rate=f"{rate:.0f}")
+            bar(log.step, steps, **{"return": f"{log.recent_return():.2f}", "steps/s": f"{rate:.0f}"})
 
         log = train_expert(out, steps=steps, seed=seed, checkpoint_every=checkpoint_every, progress=progress)
     click.echo(
@@ -302,8 +317,6 @@ def expert_eval(path, episodes, maze, maze_episodes, noise, seed, json_out):
 @click.option("--set", "sets", multiple=True, help="Override a backbone config field: key=value.")
 def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, seed, sets):
     """Pre-train SEEDS seeds of an agent on a dataset; checkpoints after every chunk and resumes."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.presets import get_agent, get_profile, make_configs
@@ -320,10 +333,7 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
         f"{agent} on {dataset} ({data.n_rows} rows), profile {profile}: {prof.description}; "
         f"{seeds} seed(s), {steps} steps -> {out}"
     )
-    bar = Progress(
-        TextColumn("step"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeRemainingColumn()
-    )
-    task = bar.add_task("pretrain", total=steps, info="compiling")
+    bar = _EpisodeBar(f"pretrain {agent}", unit="steps")
 
     def progress(done, total, means, rate):
         terms = " ".join(
@@ -331,7 +341,7 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
             for k, v in means.items()
             if k == "loss" or k.endswith("_loss")
         )
-        bar.update(task, completed=done, info=f"{terms} {rate:.0f} steps/s")
+        bar(done, total, losses=terms, **{"steps/s": f"{rate:.0f}"})
 
     with bar:
         result = pretrain(
