@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -66,7 +67,7 @@ def test_same_seed_same_arrays_any_worker_count(nav10, tmp_path):
     again = gen.generate_episodes(spec, seed=3, split=0, episodes=range(7, 10))
     with np.load(nav10 / f"{NAV}.npz") as f:
         for k in gen.KEYS:
-            np.testing.assert_array_equal(again[k], f[k][7 * 1001:])
+            np.testing.assert_array_equal(again[k], f[k][7 * 1001 :])
     other = gen.generate_episodes(spec, seed=4, split=0, episodes=range(7, 8))
     assert not np.array_equal(other["observations"], again["observations"][:1001])
     # The validation split draws from another stream than training.
@@ -199,6 +200,7 @@ def test_antmaze_generation_with_an_expert_in_ogbench_format(ant_experts, tmp_pa
     env.close()
     meta = json.loads((a / f"{ANT_STITCH}.json").read_text())
     assert len(meta["expert_sha256"]) == 64 and 0.0 <= meta["goal_reached_fraction"] <= 1.0
+    assert meta["flipped_episodes"] in (0, 1, 2) and 0.0 <= meta["flipped_rows_fraction"] <= 1.0
 
     # Reproducible for a seed and an expert; another expert gives other data.
     gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e0.pkl")
@@ -216,3 +218,33 @@ def test_antmaze_needs_an_expert_and_pointmaze_refuses_one(ant_experts, tmp_path
         gen.generate(ANT_STITCH, episodes=1, directory=tmp_path, expert=tmp_path / "missing.pkl")
     assert {"antmaze-medium-navigate-v0", ANT_STITCH} <= set(SPECS)
     assert get_spec("antmaze-medium-navigate-v0").episode_rows == 1001 and get_spec(ANT_STITCH).goal_eps == 0.5
+
+
+def test_upside_down_ants_by_hand():
+    c, s = np.cos(np.radians(40)), np.sin(np.radians(40))
+    quats = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [c, s, 0, 0], [0.5, 0, np.sqrt(0.75), 0], [0, 0, 0, 1]])
+    qpos = np.zeros((5, 15))
+    qpos[:, 3:7] = quats  # upright; 180 deg about x; 80 deg about x (tilted); 120 deg about y; yaw only
+    assert gen.upside_down(qpos).tolist() == [False, True, False, True, False]
+    # Per episode (2 episodes of 3 rows): the second turns over at its last row.
+    rows = np.zeros((6, 15))
+    rows[:, 3] = 1.0
+    rows[5, 3:7] = [0, 1, 0, 0]
+    stats = gen._flip_stats(dataclasses.replace(get_spec(ANT_STITCH), episode_rows=3), dict(qpos=rows))
+    assert stats == dict(flipped_episodes=1, flipped_rows_fraction=1 / 6)
+    assert gen._flip_stats(get_spec(STITCH), dict(qpos=rows)) == {}  # point mazes have no ant
+
+
+def test_seeded_ogbench_resets_repeat():
+    """OGBench's reset draws the start/goal noise from NumPy's global generator and runs random actions from the
+    action space's generator before the goal observation: ``seed_env`` makes a reset repeat exactly."""
+    env = gen._make_env(get_spec(ANT_STITCH))
+    resets = []
+    for _ in range(2):
+        gen.seed_env(env, 7)
+        ob, info = env.reset(seed=7, options=dict(task_id=2))
+        resets.append((ob, info["goal"]))
+        np.random.rand(), env.action_space.sample()  # whatever ran in between
+    np.testing.assert_array_equal(resets[0][0], resets[1][0])
+    np.testing.assert_array_equal(resets[0][1], resets[1][1])
+    env.close()

@@ -297,7 +297,11 @@ def expert_eval(path, episodes, maze, maze_episodes, noise, seed, json_out):
             )
         doc["maze"] = res
         rates = ", ".join(f"task {t}: {v:.2f}" for t, v in res["success"].items())
-        click.echo(f"{maze} with the BFS oracle and noise {noise}: {rates}; overall {res['overall']:.2f}")
+        flips = sum(res["flipped"].values())
+        click.echo(
+            f"{maze} with the BFS oracle and noise {noise}: {rates}; overall {res['overall']:.2f}; "
+            f"ant turned over in {flips} of {len(res['flipped']) * maze_episodes}"
+        )
     if json_out:
         write_json(Path(json_out), doc)
 

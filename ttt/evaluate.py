@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ttt.data.generate import seed_env
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
 from ttt.episode import Transforms, TTTConfig, empty_round_metrics, make_act, make_episodes, make_round_fns, n_rounds
@@ -207,7 +208,7 @@ def run_host(
         env = make_env(setup.spec.env_id, **(gym_kwargs or {}))
         task = int(batch.task[b])
         ep_seed = int(np.random.SeedSequence([seed, int(batch.task[b]), int(batch.episode[b])]).generate_state(1)[0])
-        np.random.seed(ep_seed)
+        seed_env(env, ep_seed)
         o, info = env.reset(seed=ep_seed, options=dict(task_id=task))
         g = info["goal"]
         if jax_env is not None:

@@ -484,8 +484,8 @@ def evaluate_expert(
             if term or trunc:
                 alive[i] = False
                 fell[i] = term
-        if progress is not None and t % 50 == 0:
-            progress(t, max_steps)
+        if progress is not None and ((t + 1) % 50 == 0 or not alive.any()):
+            progress(max_steps if not alive.any() else t + 1, max_steps)
         if not alive.any():
             break
     return dict(
@@ -515,8 +515,9 @@ def evaluate_expert_maze(
 ) -> dict:
     """The expert as the data generator drives it, on the maze's evaluation tasks: action = expert on
     ``[observation without xy, unit direction to the BFS oracle subgoal]`` + N(0, noise^2), clipped; success
-    when the ant comes within the task's goal radius (0.5) before the episode's step limit."""
-    from ttt.data.generate import oracle_direction
+    when the ant comes within the task's goal radius (0.5) before the episode's step limit; an episode whose ant
+    turns upside down stops there as a failure (``flipped`` counts them per task)."""
+    from ttt.data.generate import oracle_direction, seed_env, upside_down
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     warnings.filterwarnings("ignore")
@@ -524,13 +525,14 @@ def evaluate_expert_maze(
     import ogbench  # noqa: F401
 
     env = gymnasium.make(env_id)
-    per_task, steps = {}, {}
+    per_task, steps, flips = {}, {}, {}
     done_n, total = 0, len(tasks) * episodes
     for task in tasks:
-        wins, arrivals = 0, []
+        wins, arrivals, flipped = 0, [], 0
         for ep in range(episodes):
             ep_seed = int(np.random.SeedSequence([seed, task, ep]).generate_state(1)[0])
             rng = np.random.default_rng(ep_seed)
+            seed_env(env, ep_seed)
             ob, _ = env.reset(seed=ep_seed, options=dict(task_id=task))
             done = False
             t = 0
@@ -544,11 +546,15 @@ def evaluate_expert_maze(
                     wins += 1
                     arrivals.append(t)
                     break
+                if upside_down(env.unwrapped.data.qpos):  # it never gets up again
+                    flipped += 1
+                    break
             done_n += 1
             if progress is not None:
                 progress(done_n, total)
         per_task[task] = wins / episodes
         steps[task] = float(np.mean(arrivals)) if arrivals else None
+        flips[task] = flipped
     env.close()
     return dict(
         env_id=env_id,
@@ -556,5 +562,6 @@ def evaluate_expert_maze(
         noise=noise,
         success=per_task,
         mean_steps=steps,
+        flipped=flips,
         overall=float(np.mean(list(per_task.values()))),
     )

@@ -94,6 +94,13 @@ def cells_at_bfs_distance(maze_map: np.ndarray, start: tuple[int, int], steps: i
     return found
 
 
+def seed_env(env, seed: int) -> None:
+    """Seed what an OGBench reset draws from beyond ``env.reset(seed=...)``: NumPy's global generator (the noise on
+    a maze's start and goal) and the action space's own (the random steps before the goal observation)."""
+    np.random.seed(seed % 2**32)
+    env.action_space.seed(seed)
+
+
 def oracle_direction(env) -> np.ndarray:
     """Unit vector from the agent towards OGBench's BFS oracle subgoal."""
     u = env.unwrapped
@@ -184,8 +191,7 @@ def generate_episodes(
     parts = []
     for ep in episodes:
         s = _episode_seed(seed, split, ep)
-        np.random.seed(s % 2**32)
-        env.action_space.seed(s)
+        seed_env(env, s)
         if spec.is_maze:
             parts.append(_stack(_maze_episode(env, spec, s, noise, expert)))
         else:
@@ -317,7 +323,7 @@ def generate(
     for split, path in ((0, train_path), (1, val_path)):
         parts = [np.load(block_file(s, a)) for s, a, _ in blocks if s == split]
         arrays = {k: np.concatenate([p[k] for p in parts]) for k in KEYS}
-        stats = _episode_stats(spec, parts)
+        stats = _episode_stats(spec, parts) | _flip_stats(spec, arrays)
         atomic_save_npz(path, arrays, compress=True)
         meta = dict(
             name=name,
@@ -361,6 +367,21 @@ def _episode_stats(spec: DatasetSpec, parts: list) -> dict:
         first_arrival_median=float(np.median(first[hit])) if hit.any() else None,
         first_arrival_p90=float(np.percentile(first[hit], 90)) if hit.any() else None,
     )
+
+
+def upside_down(qpos: np.ndarray) -> np.ndarray:
+    """Whether the ant's torso is upside down (its z-axis points down), from ``qpos[..., 3:7]`` (w, x, y, z)."""
+    qx, qy = qpos[..., 4], qpos[..., 5]
+    return 1.0 - 2.0 * (qx**2 + qy**2) < 0.0
+
+
+def _flip_stats(spec: DatasetSpec, arrays: dict) -> dict:
+    """Ant datasets: how many episodes hold an upside-down ant (the maze does not end an episode when the ant
+    turns over, and it never gets up again) and the share of such rows."""
+    if spec.family != "antmaze":
+        return {}
+    flipped = upside_down(arrays["qpos"]).reshape(-1, spec.episode_rows)
+    return dict(flipped_episodes=int(flipped.any(1).sum()), flipped_rows_fraction=float(flipped.mean()))
 
 
 def _run_jobs(jobs: list, workers: int | None) -> Iterator:
