@@ -218,12 +218,15 @@ SMOKE = SACConfig(
 
 
 def test_training_improves_return_on_a_trivial_task(tmp_path):
-    log = train_expert(tmp_path, steps=1600, seed=0, cfg=SMOKE, checkpoint_every=400, env_factory=_Heading)
+    log = train_expert(tmp_path, steps=1590, seed=0, cfg=SMOKE, checkpoint_every=400, env_factory=_Heading)
     rets = np.array([r[1] for r in log.returns])
     early, late = rets[:10].mean(), rets[-10:].mean()  # random actions; the trained policy
     assert abs(early) < 6 and late > 15, (early, late)  # at most sqrt(2) * 20 = 28.3
     actor, cfg, meta = load_actor(tmp_path / "expert.pkl")
-    assert meta["step"] == 1600 and cfg.actor_hidden_dims == (32, 32)
+    assert meta["step"] == 1590 and cfg.actor_hidden_dims == (32, 32)
+    # Actors kept: one per checkpoint (at episode ends) and the last, mid-episode.
+    kept = [p.name for p in sorted((tmp_path / "actors").glob("*.pkl"))]
+    assert kept == [f"actor-{s:07d}.pkl" for s in (400, 800, 1200, 1590)], kept
     z = np.array([[0.6, 0.8], [-1.0, 0.0]])
     a = np.asarray(actor.mode(jnp.asarray(z, jnp.float32)))
     assert (np.sum(a * z, -1) > 0.7).all()  # heads along z

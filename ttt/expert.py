@@ -422,6 +422,7 @@ def _meta(log: TrainLog, seed: int) -> dict:
 
 def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int) -> None:
     save_actor(out / "expert.pkl", carry.sac.params.actor, cfg, _meta(log, seed))
+    _snapshot_actor(out, carry, cfg, log, seed)  # the last one too (training may stop mid-episode)
 
 
 def _checkpoint_seed(out: Path) -> int | None:
