@@ -61,15 +61,19 @@ def test_pretrain_then_eval(trained, capsys):
 def test_progress_without_a_terminal_prints_lines(capsys, monkeypatch):
     from ttt import cli
 
-    clock = iter([0.0, 10.0, 40.0, 50.0, 60.0, 61.0])
+    clock = iter([0.0, 10.0, 40.0, 50.0, 60.0, 61.0, 70.0, 71.0, 72.0])
     monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
     with cli._EpisodeBar("train", unit="steps") as bar:  # lines every 30 s
         for done in (0, 100, 400, 500, 600):  # at 0, 10, 40, 50, 60 s
             bar(done, 1000, rate="10")
+    with cli._EpisodeBar("eval", unit="episodes") as bar:
+        for done in (1, 2, 2):  # at 70, 71, 72 s: done, then told again
+            bar(done, 2)
     lines = capsys.readouterr().err.splitlines()
     assert lines == [
         "train 400/1000 steps  rate 10  0:00:40 elapsed  eta 0:01:00",  # 400 steps in 40 s: 600 left at 10/s
         "train 600/1000 steps  rate 10  0:01:01 elapsed  eta 0:00:41",  # the last update, when the work stops
+        "eval 2/2 episodes  0:00:01 elapsed",  # once
     ]
 
 

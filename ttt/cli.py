@@ -47,7 +47,7 @@ class _EpisodeBar:
             if self.t0 is None:
                 self.t0, self.start, self.last_line = now, done, now
             self.state = (done, total, info)
-            if now - self.last_line >= self.every_s or done >= total:
+            if (now - self.last_line >= self.every_s or done >= total) and self.state != self.printed:
                 self._line(now)
             return
         if self.bar is None:
