@@ -247,7 +247,7 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
     # Every checkpoint leaves its actor to evaluate later; the last one is the expert.
     snaps = sorted((tmp_path / "b" / "actors").glob("actor-*.pkl"))
     assert [p.name for p in snaps] == [f"actor-{s:07d}.pkl" for s in (100, 200, 300, 400, 500, 600)]
-    c, _, meta = load_actor(snaps[2])
+    _, _, meta = load_actor(snaps[2])
     assert meta["step"] == 300 and meta["seed"] == 1
     for x, y in zip(jax.tree.leaves(load_actor(snaps[-1])[0]), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(x, y)
@@ -281,6 +281,7 @@ def test_numpy_expert_equals_the_actor_mode(tmp_path):
         (["expert", "eval", "E", "--episodes", "0", "--noise", "-1"], "--noise must be >= 0, got -1.0"),
         (["expert", "eval", "missing.pkl"], "no expert at missing.pkl"),
         (["expert", "train", "ant", "--steps", "0"], "--steps must be >= 1, got 0"),
+        (["expert", "train", "ant", "--out", "NOTES", "--steps", "10"], "cannot use NOTES as the run directory"),
     ],
 )
 def test_expert_cli_errors_are_one_line(tmp_path, monkeypatch, capsys, args, expect):

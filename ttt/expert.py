@@ -294,7 +294,10 @@ def train_expert(
     ``stop_after_s`` checkpoints and returns after that many seconds (at the next episode end).
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TttError(f"cannot use {out} as the run directory ({e.strerror}); give a directory") from None
     cfg = dataclasses.replace(cfg or SACConfig(), total_steps=steps)
     capacity = min(cfg.replay_size, steps)
     make_env = env_factory or (lambda rng: DirectionalAnt(rng))
