@@ -4,6 +4,7 @@ termination at the goal, config errors, one trace, and sharding over 2 forced CP
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -68,9 +69,10 @@ def keys_tasks(n):
     return jax.random.split(jax.random.key(1), n), jax.random.split(jax.random.key(2), n), jnp.arange(n) % 2 + 1
 
 
-@pytest.mark.parametrize("mode", ["critic", "mc"])
-def test_batch_equals_single_episodes(mode):
-    ttt = ttt_cfg(mode)
+@pytest.mark.parametrize("mode, rule", [("critic", "paper"), ("mc", "paper"), ("critic", "episodes"),
+                                        ("mc", "mc-episodes")])  # fmt: skip
+def test_batch_equals_single_episodes(mode, rule):
+    ttt = ttt_cfg(mode, rule=rule)
     episodes = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))
     episode = eqx.filter_jit(make_episode("gcbc", CFG, SAMPLER, SPEC, ttt, L))
     ag = agents(3)
@@ -265,3 +267,33 @@ def test_a_variant_composes_from_swapped_transforms():
     assert (np.asarray(out.rounds["n_rel"])[active] == n_eligible).all()
     assert (np.asarray(out.rounds["n_selected"])[active] == math.ceil(0.3 * n_eligible)).all()
     assert (np.asarray(out.rounds["threshold"])[active] == 0.0).all()
+
+
+def test_reset_after_horizon_acts_with_the_pretrained_agent_past_the_longest_span():
+    """Rule 'episodes' with reset_after_horizon: in each round, steps i <= max_span act with the fine-tuned agent,
+    later steps with the pre-trained one (a Python loop over the same pure pieces)."""
+    # One round of the whole episode (K = L = 24 > any toy span, which ends by row 19): the switch must happen.
+    ttt = dataclasses.replace(ttt_cfg("critic", rule="episodes", n_episodes=2), K=L, reset_after_horizon=True)
+    ag = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, agents(1))
+    rk, tk, tasks = keys_tasks(1)
+    out = eqx.filter_jit(make_episode("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk[0], tk[0], tasks[0])
+    prepare, adapt, act = (eqx.filter_jit(f) for f in make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt))
+    state, obs, goal = ENV.reset(rk[0], tasks[0])
+    tables = prepare(ag, DATA, goal)
+    traj, spans, switched = [], [], 0
+    done = False
+    for r in range(1):
+        k_adapt, k_act = round_keys(tk[0], r)
+        agent_r, m = adapt(ag, None, k_adapt, DATA, tables, obs, goal)
+        spans.append(int(m["max_span"]))
+        for i in range(L):
+            if not done:
+                use = ag if i > spans[-1] else agent_r
+                switched += int(i > spans[-1] and not bool(m["empty"]))
+                a = act(use, obs, goal, jax.random.fold_in(k_act, i))
+                state, obs, hit = ENV.step(state, a)
+                done = bool(hit) or r * L + i + 1 >= L
+            traj.append(np.asarray(obs))
+    np.testing.assert_allclose(np.asarray(out.observations), np.stack(traj), rtol=1e-5, atol=1e-5)
+    assert list(np.asarray(out.rounds["max_span"])) == spans
+    assert switched > 0  # the test exercises the switch to the pre-trained agent

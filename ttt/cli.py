@@ -415,6 +415,28 @@ def _env_max_steps(env_id: str) -> int:
     help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (for GPUs).",
 )
 @click.option("--chunk", type=int, default=25, show_default=True, help="Episodes per compiled program call.")
+@click.option(
+    "--rule",
+    type=click.Choice(["paper", "episodes", "mc-episodes"]),
+    default="paper",
+    show_default=True,
+    help="Selection rule: paper (the paper's text), episodes (published code, critic; variant ttt), mc-episodes "
+    "(published code, critic-free; variant ttt-mc). See docs/algorithm.md.",
+)
+@click.option(
+    "--critic",
+    type=click.Choice(["learned", "oracle"]),
+    default="learned",
+    show_default=True,
+    help="Values for selection: the learned critic, or the maze oracle (point mazes; selection only).",
+)
+@click.option("--n-episodes", type=int, default=10, show_default=True, help="Rule episodes: episodes kept.")
+@click.option("--slack", type=int, default=10, show_default=True, help="Rule mc-episodes: rows kept past the goal.")
+@click.option("--once", is_flag=True, help="Fine-tune once, at the episode's start (K = the episode length).")
+@click.option(
+    "--reset-after-horizon", is_flag=True, help="Act with the pre-trained agent past the round's longest kept span."
+)
+@click.option("--reuse-adam", is_flag=True, help="Fine-tune from the pre-training Adam state, not a fresh one.")
 def eval_cmd(
     checkpoint,
     episodes,
@@ -435,6 +457,13 @@ def eval_cmd(
     driver,
     backend,
     chunk,
+    rule,
+    critic,
+    n_episodes,
+    slack,
+    once,
+    reset_after_horizon,
+    reuse_adam,
 ):
     """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
     import json
@@ -484,8 +513,10 @@ def eval_cmd(
             max_steps,
             driver,
             backend,
-            dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch),
-        )
+            dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch, rule=rule, critic=critic,
+                 n_episodes=n_episodes, slack=slack, once=once, reset_after_horizon=reset_after_horizon,
+                 reuse_adam=reuse_adam),
+        )  # fmt: skip
         if name == "ttt" and not get_backbone(meta["backbone"]).has_value(cfg):
             raise TttError(
                 f"variant ttt needs a value function, which this {meta['agent']} checkpoint lacks; use ttt-mc"
@@ -500,6 +531,7 @@ def eval_cmd(
                 setup,
                 states.agent,
                 data,
+                opt_states=states.opt_state if setup.ttt is not None and setup.ttt.finetune.reuse_opt_state else None,
                 episodes=episodes,
                 tasks=task_ids,
                 seed=seed,
@@ -570,17 +602,35 @@ def _make_setup(name, meta, cfg, sampler, spec, max_steps, driver, backend, kw):
             raise TttError(f"--h-min must be >= 1, got {kw['h_min']}")
         if kw["batch"] is not None and kw["batch"] < 1:
             raise TttError(f"--batch must be >= 1, got {kw['batch']}")
+        if kw["n_episodes"] < 1:
+            raise TttError(f"--n-episodes must be >= 1, got {kw['n_episodes']}")
+        if kw["slack"] < 0:
+            raise TttError(f"--slack must be >= 0, got {kw['slack']}")
+        rule = kw["rule"]
+        if rule == "episodes" and name != "ttt":
+            rule = "paper"  # the critic rule applies to variant ttt; ttt-mc keeps the paper's critic-free rule
+        if rule == "mc-episodes" and name != "ttt-mc":
+            rule = "paper"
+        if name == "ttt-mc" and kw["critic"] == "oracle":
+            raise TttError("--critic oracle replaces the learned critic of variant ttt; ttt-mc uses no critic")
         try:
             ttt = TTTConfig(
-                K=kw["K"],
+                K=max_steps if kw["once"] else kw["K"],
                 select=SelectConfig(
                     q=kw["q"],
                     eps_rel=kw["eps"],
                     h_min=kw["h_min"],
                     mode="critic" if name == "ttt" else "mc",
                     mix=kw["mix"],
+                    rule=rule,
+                    n_episodes=kw["n_episodes"],
+                    slack=kw["slack"],
                 ),
-                finetune=FinetuneConfig(steps=kw["N"], lr=kw["lr"], batch_size=kw["batch"]),
+                finetune=FinetuneConfig(
+                    steps=kw["N"], lr=kw["lr"], batch_size=kw["batch"], reuse_opt_state=kw["reuse_adam"]
+                ),
+                critic=kw["critic"] if name == "ttt" else "learned",
+                reset_after_horizon=kw["reset_after_horizon"],
             )
         except ValueError as e:
             raise TttError(str(e)) from None

@@ -30,7 +30,7 @@ from typing import Any
 from ttt.errors import TttError
 
 VARIANTS = ("base", "ttt", "ttt-mc")
-SELECTIONS = ("both", "relevant", "optimal", "random")
+SELECTIONS = ("both", "relevant", "optimal", "random", "random-rank")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,19 @@ RUN_KEYS: dict[str, Key] = {
                        *_nonneg),
     "relevance": Key("str", "distance", "relevance criterion", choices=("distance", "value")),
     "c_rel": Key("float", None, "value-relevance threshold C (relevance = 'value')", nullable=True),
-    "selection": Key("str", "both", "selection: both, relevant only, optimal only, random", choices=SELECTIONS),
+    "selection": Key("str", "both", "selection: both, relevant only, optimal only, random, random-rank (relevant "
+                     "rows ranked by random scores; rule paper)", choices=SELECTIONS),
+    "rule": Key("str", "paper", "selection rule: paper (the paper's text), episodes (the published code's critic "
+                "rule), mc-episodes (its critic-free rule); docs/algorithm.md", choices=("paper", "episodes",
+                                                                                        "mc-episodes")),
+    "critic": Key("str", "learned", "values for selection: learned, or oracle (maze shortest paths; point mazes)",
+                  choices=("learned", "oracle")),
+    "n_episodes": Key("int", 10, "rule episodes: dataset episodes kept per round", False, None, *_pos),
+    "slack": Key("int", 10, "rule mc-episodes: rows kept past the goal row", False, None, *_nonneg),
+    "once": Key("bool", False, "fine-tune once, at the episode's start (K = the episode length)"),
+    "reset_after_horizon": Key("bool", False, "act with the pre-trained agent once a round has run longer than its "
+                               "longest kept span"),
+    "reuse_adam": Key("bool", False, "fine-tune from the pre-training Adam state (else a fresh one each round)"),
     "batch": Key("int", None, "TTT batch size (null: the pre-training one)", True, None, *_pos),
     "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
     "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
@@ -123,7 +135,8 @@ RUN_KEYS: dict[str, Key] = {
 
 TOP_KEYS = ("name", "description", "defaults", "run")
 EVAL_KEYS = ("episodes", "tasks", "eval_seed", "K", "N", "lr", "q", "eps", "h_min", "H", "mix", "noise_alpha",
-             "relevance", "c_rel", "selection", "batch", "driver", "backend")  # fmt: skip
+             "relevance", "c_rel", "selection", "batch", "driver", "backend", "rule", "critic", "n_episodes", "slack",
+             "once", "reset_after_horizon", "reuse_adam")  # fmt: skip
 TRAIN_KEYS = ("dataset", "agent", "profile", "steps", "seeds", "train_seed", "agent_config")
 
 
@@ -249,6 +262,15 @@ def _check_combination(r: dict, where: str) -> None:
         raise TttError(f"{where}: relevance = 'value' needs c_rel (the value threshold C, e.g. -18.0)")
     if r["H"] is not None and r["variant"] == "base":
         raise TttError(f"{where}: H (fixed return horizon) applies to ttt / ttt-mc runs, not variant 'base'")
+    if r["rule"] == "episodes" and r["variant"] != "ttt":
+        raise TttError(f"{where}: rule 'episodes' ranks by a critic: it needs variant 'ttt', got {r['variant']!r}")
+    if r["rule"] == "mc-episodes" and r["variant"] != "ttt-mc":
+        raise TttError(f"{where}: rule 'mc-episodes' is critic-free: it needs variant 'ttt-mc', got {r['variant']!r}")
+    if r["critic"] == "oracle" and r["variant"] != "ttt":
+        raise TttError(f"{where}: critic 'oracle' replaces the learned critic of variant 'ttt', got {r['variant']!r}")
+    if r["rule"] != "paper" and (r["H"] is not None or r["noise_alpha"] > 0 or r["selection"] != "both"):
+        raise TttError(f"{where}: H, noise_alpha and selection ablations apply to rule 'paper', got rule "
+                       f"{r['rule']!r}")  # fmt: skip
     if r["driver"] == "compiled":
         from ttt.data.specs import get_spec
         from ttt.envs import has_jax_env

@@ -10,8 +10,8 @@ Three pure pieces, shared by the compiled episode and the host driver:
 - `act(agent, obs, goal, key) -> action`: the mean action.
 
 `make_episodes` composes them with an in-program environment (`ttt.envs.Env`) into one program over a batch of
-(seed, task, episode) elements: `episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks) ->
-EpisodeOut`, a `lax.scan` over rounds, each round `adapt` (vmapped over the batch) then a `lax.scan` over K
+(seed, task, episode) elements: `episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks[, oracle])
+-> EpisodeOut`, a `lax.scan` over rounds, each round `adapt` (vmapped over the batch) then a `lax.scan` over K
 environment steps; `make_episode` is the single-episode view (vmap it). `ttt.evaluate` runs batches, sharded over
 devices. With `ttt=None` the same program evaluates the base policy.
 
@@ -45,9 +45,14 @@ ROUND_METRICS = (
     "empty",
     "n_train_rows",
     "reach_frac",
+    "max_span",
+    "spearman",
+    "oracle_end_sel",
+    "oracle_end_all",
     "loss_first",
     "loss_last",
 )
+CRITICS = ("learned", "oracle")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,18 +76,30 @@ class Transforms:
 @dataclasses.dataclass(frozen=True)
 class TTTConfig:
     """Static GC-TTT settings: period `K` (environment steps per round), selection and fine-tuning, and the rows
-    per chunk of the once-per-episode dataset value pass (memory only, not results)."""
+    per chunk of the once-per-episode dataset value pass (memory only, not results).
+
+    - `critic`: where selection's values `V(s_j | g*)` come from: 'learned' (the backbone's value function) or
+      'oracle' (true shortest-path steps through the maze, `ttt.envs.oracle`; point mazes; selection only).
+    - `reset_after_horizon`: within a round, act with the pre-trained agent once more steps have run than the
+      longest kept span has rows (the published code's option of that name).
+    """
 
     K: int = 100
     select: SelectConfig = SelectConfig()
     finetune: FinetuneConfig = FinetuneConfig()
     value_chunk: int = 4096
+    critic: str = "learned"
+    reset_after_horizon: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.K, int) and not isinstance(self.K, bool) and self.K >= 1):
             raise ValueError(f"TTT period K must be an int >= 1, got {self.K!r}")
         if not (isinstance(self.value_chunk, int) and self.value_chunk >= 1):
             raise ValueError(f"value_chunk must be an int >= 1, got {self.value_chunk!r}")
+        if self.critic not in CRITICS:
+            raise ValueError(f"TTT critic must be one of {', '.join(CRITICS)}, got {self.critic!r}")
+        if not isinstance(self.reset_after_horizon, bool):
+            raise ValueError(f"reset_after_horizon must be a bool, got {self.reset_after_horizon!r}")
 
 
 class EpisodeOut(eqx.Module):
@@ -132,18 +149,30 @@ def make_round_fns(
     `transforms` supplies the selection stages."""
     backbone = get_backbone(backbone_name)
     sel = ttt.select
-    needs_values = sel.mode == "critic" or (sel.mode == "fixed" and backbone.has_value(cfg))
-    if sel.mode == "critic" and not backbone.has_value(cfg):
+    oracle_critic = ttt.critic == "oracle"
+    needs_values = sel.mode == "critic" or (sel.mode == "fixed" and (backbone.has_value(cfg) or oracle_critic))
+    if sel.mode == "critic" and not (backbone.has_value(cfg) or oracle_critic):
         raise ValueError(f"{backbone_name} has no value function under this config; use select mode 'mc' (critic-free)")
     if sel.relevance == "value" and not backbone.has_value(cfg):
         raise ValueError(f"value relevance needs a value function, which {backbone_name} lacks under this config")
     finetune = make_finetune(backbone_name, cfg, sampler, ttt.finetune, sel.mix)
 
-    def prepare(agent, data: Dataset, goal: Float[Array, " obs"]) -> GoalTables:
+    def prepare(agent, data: Dataset, goal: Float[Array, " obs"], oracle=None) -> GoalTables:
+        """`oracle` (`ttt.envs.oracle.MazeOracle`, optional): the values with critic='oracle', and the ranking
+        diagnostics (`GoalTables.oracle_steps`) with either critic."""
+        goal_xy = spec.goal_coords(goal)
+        if oracle_critic and oracle is None:
+            raise ValueError("critic='oracle' needs the maze oracle (ttt.envs.oracle.maze_oracle): point mazes only")
         values = None
         if needs_values:
-            values = dataset_values(backbone.value, agent, data.observations, goal, ttt.value_chunk)
-        return transforms.precompute(data, spec.goal_coords(goal), values, sel, spec.goal_eps)
+            if oracle_critic:
+                values = oracle.values(data.goals, goal_xy, sel.gamma)
+            else:
+                values = dataset_values(backbone.value, agent, data.observations, goal, ttt.value_chunk)
+        tables = transforms.precompute(data, goal_xy, values, sel, spec.goal_eps)
+        if oracle is not None:
+            tables = dataclasses.replace(tables, oracle_steps=oracle.steps(data.goals, goal_xy))
+        return tables
 
     def adapt(agent0, opt_state0, key: PRNGKeyArray, data: Dataset, tables: GoalTables, obs, goal):
         k_sel, k_ft = jax.random.split(key)
@@ -197,6 +226,10 @@ def empty_round_metrics(batch: int) -> dict[str, Array]:
         "empty": jnp.ones((batch,), bool),
         "n_train_rows": zero,
         "reach_frac": nan,
+        "max_span": zero,
+        "spearman": nan,
+        "oracle_end_sel": nan,
+        "oracle_end_all": nan,
         "loss_first": nan,
         "loss_last": nan,
     }
@@ -215,8 +248,10 @@ def make_episodes(
     max_steps: int,
     transforms: Transforms = Transforms(),
 ):
-    """`episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks) -> EpisodeOut` for a batch of B
-    episodes (leading axis B on every argument but `env` and `data`; `opt_states0` may be None). Pure; jit it.
+    """`episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks, oracle=None) -> EpisodeOut` for a
+    batch of B episodes (leading axis B on every argument but `env`, `data` and `oracle`; `opt_states0` may be
+    None; `oracle`, a `ttt.envs.oracle.MazeOracle`, is needed with critic='oracle' and adds the ranking
+    diagnostics to the round metrics). Pure; jit it.
 
     One `lax.scan` over `ceil(max_steps / K)` rounds; in each, `adapt` (vmapped over the batch) then a `lax.scan`
     over K environment steps (vmapped `act` and `env.step`). Steps past `max_steps` or after success change
@@ -236,11 +271,12 @@ def make_episodes(
 
     K = max_steps if ttt is None else ttt.K
     R = n_rounds(max_steps, ttt)
+    reset_after = ttt is not None and ttt.reset_after_horizon
 
-    def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks) -> EpisodeOut:
+    def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks, oracle=None) -> EpisodeOut:
         B = tasks.shape[0]
         state, obs, goal = jax.vmap(env.reset)(reset_keys, tasks)
-        tables = None if ttt is None else jax.vmap(prepare, in_axes=(0, None, 0))(agents0, data, goal)
+        tables = None if ttt is None else jax.vmap(prepare, in_axes=(0, None, 0, None))(agents0, data, goal, oracle)
         opt_axis = None if opt_states0 is None else 0
         dyn0, static = eqx.partition(agents0, eqx.is_array)
 
@@ -272,6 +308,9 @@ def make_episodes(
                 active = ~done & (t < max_steps)
                 keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(k_act, i)
                 a = jax.vmap(act)(agents, obs, goal, keys)
+                if reset_after:  # past the longest kept span: the pre-trained agent acts
+                    a0 = jax.vmap(act)(agents0, obs, goal, keys)
+                    a = jnp.where((i > metrics["max_span"])[:, None], a0, a)
                 new_state, new_obs, hit = jax.vmap(env.step)(state, a)
                 state = _where_tree(active, new_state, state)
                 obs = jnp.where(active[:, None], new_obs, obs)
@@ -321,9 +360,11 @@ def make_episode(
     program with a batch of one); `jax.vmap` it over (seed, task, episode) or call `make_episodes` directly."""
     episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps, transforms)
 
-    def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task) -> EpisodeOut:
+    def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task, oracle=None) -> EpisodeOut:
         add = lambda tree: jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, tree)  # noqa: E731
-        out = episodes(add(agent0), add(opt_state0), env, data, add(reset_key), add(ttt_key), jnp.asarray(task)[None])
+        out = episodes(
+            add(agent0), add(opt_state0), env, data, add(reset_key), add(ttt_key), jnp.asarray(task)[None], oracle
+        )
         return jax.tree.map(lambda x: x[0], out)
 
     return episode

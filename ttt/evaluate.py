@@ -138,9 +138,9 @@ def make_compiled(setup: EvalSetup, max_traces: int | None = None):
         setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.max_steps, setup.transforms
     )
 
-    def program(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks):
+    def program(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks, oracle=None):
         opt0 = None if opt_states is None else _gather(opt_states, seed_idx)
-        return episodes(_gather(agents, seed_idx), opt0, env, data, reset_keys, ttt_keys, tasks)
+        return episodes(_gather(agents, seed_idx), opt0, env, data, reset_keys, ttt_keys, tasks, oracle)
 
     if max_traces is not None:
         program = eqx.debug.assert_max_traces(program, max_traces=max_traces)
@@ -158,8 +158,8 @@ def make_host_fns(setup: EvalSetup):
         prepare = adapt = None
         act = make_act(setup.backbone)
 
-    def prepare_b(agents, seed_idx, data, goal):
-        return prepare(_gather(agents, seed_idx), data, goal)
+    def prepare_b(agents, seed_idx, data, goal, oracle):
+        return prepare(_gather(agents, seed_idx), data, goal, oracle)
 
     def adapt_b(agents, opt_states, seed_idx, key, data, tables, obs, goal):
         opt0 = None if opt_states is None else _gather(opt_states, seed_idx)
@@ -170,7 +170,7 @@ def make_host_fns(setup: EvalSetup):
 
     jit_vmap = lambda f, axes: eqx.filter_jit(eqx.filter_vmap(f, in_axes=axes))  # noqa: E731
     return (
-        jit_vmap(prepare_b, (None, 0, None, 0)) if prepare else None,
+        jit_vmap(prepare_b, (None, 0, None, 0, None)) if prepare else None,
         jit_vmap(adapt_b, (None, None, 0, 0, None, 0, 0, 0)) if adapt else None,
         jit_vmap(act, (0, 0, 0, 0)),
         jit_vmap(base_b, (None, 0)),
@@ -186,6 +186,7 @@ def run_host(
     seed: int = 0,
     fns=None,
     gym_kwargs: dict | None = None,
+    oracle=None,
 ) -> dict[str, np.ndarray]:
     """The host driver: OGBench's gymnasium environments stepped from Python, in lockstep over the batch, with
     the jitted batch `prepare` / `adapt` / `act`. Starts and goals come from the in-program environment's
@@ -225,7 +226,9 @@ def run_host(
     traj = np.zeros((B, L, obs.shape[-1]), np.float32)
     acts = np.zeros((B, L, setup.spec.action_dim), np.float32)
     metrics: dict[str, list] = {}
-    tables = prepare_b(agents, seed_idx, data, jnp.asarray(goals)) if prepare_b else None
+    tables = prepare_b(agents, seed_idx, data, jnp.asarray(goals), oracle) if prepare_b else None
+    reset_after = setup.ttt is not None and setup.ttt.reset_after_horizon
+    agent_base = base_b(agents, seed_idx) if reset_after else None
     keys = jax.jit(jax.vmap(round_keys, in_axes=(0, None)))
     fold = jax.jit(jax.vmap(jax.random.fold_in, in_axes=(0, None)))
     for r in range(R):
@@ -248,6 +251,9 @@ def run_host(
                 traj[:, t:] = obs[:, None]
                 break
             a = np.asarray(act_b(agent_r, jnp.asarray(obs), jnp.asarray(goals), fold(k_act, i)))
+            if reset_after:  # past the longest kept span: the pre-trained agent acts
+                a0 = np.asarray(act_b(agent_base, jnp.asarray(obs), jnp.asarray(goals), fold(k_act, i)))
+                a = np.where((i > m["max_span"])[:, None], a0, a)
             for b in np.flatnonzero(~done):
                 o, _, terminated, truncated, info = envs[b].step(a[b])
                 obs[b] = o
@@ -332,6 +338,15 @@ def evaluate(
     """
     if driver not in ("compiled", "host"):
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
+    from ttt.envs.oracle import has_oracle, maze_oracle
+
+    oracle = None
+    if setup.ttt is not None and has_oracle(setup.spec.env_id):
+        oracle = maze_oracle(setup.spec.env_id)  # selection with critic='oracle'; ranking diagnostics otherwise
+    elif setup.ttt is not None and setup.ttt.critic == "oracle":
+        raise TttError(
+            f"critic 'oracle' needs a maze oracle, which {setup.spec.env_id} lacks (point mazes without teleports)"
+        )
     n_seeds = int(jax.tree.leaves(eqx.filter(agents, eqx.is_array))[0].shape[0])
     eb = episode_batch(seed, n_seeds, tuple(tasks), episodes)
     total = len(eb)
@@ -370,6 +385,7 @@ def evaluate(
                 put(sub.reset_keys, batch_sh),
                 put(sub.ttt_keys, batch_sh),
                 put(jnp.asarray(sub.task), batch_sh),
+                None if oracle is None else put(oracle, repl),
             )
             out = jax.tree.map(_fetch, out)
             out = dict(
@@ -381,7 +397,7 @@ def evaluate(
                 rounds=out.rounds,
             )
         else:
-            out = run_host(setup, agents, opt_states, data, sub, seed=seed, fns=fns)
+            out = run_host(setup, agents, opt_states, data, sub, seed=seed, fns=fns, oracle=oracle)
         n_real = min(bs, total - start)
         outs.append(jax.tree.map(lambda x, n=n_real: x[:n], out))
         if progress:

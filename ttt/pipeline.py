@@ -222,6 +222,20 @@ def relevance_everywhere(tables, data, state_xy, cfg, goal_eps, row_values=None)
     return tables.eligible
 
 
+def select_random_rank(key, tables, rel, cfg):
+    """Selection control 'random-rank': the same relevant rows and the same number kept, ranked by random scores
+    instead of returns."""
+    import dataclasses as dc
+
+    import jax
+
+    from ttt.select import select
+
+    k_score, k_sel = jax.random.split(key)
+    scores = jax.random.uniform(k_score, tables.returns.shape, tables.returns.dtype)
+    return select(k_sel, dc.replace(tables, returns=scores), rel, cfg)
+
+
 def make_eval_setup(run: dict, meta: dict, max_steps: int):
     """The `EvalSetup` of a run (None TTT config for variant 'base')."""
     from ttt.data.specs import get_spec
@@ -250,13 +264,19 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
         q = 1.0 if run["selection"] in ("relevant", "random") else run["q"]
         if run["selection"] in ("optimal", "random"):
             transforms = dataclasses.replace(transforms, relevance=relevance_everywhere)
+        if run["selection"] == "random-rank":
+            transforms = dataclasses.replace(transforms, select=select_random_rank)
         try:
             ttt = TTTConfig(
-                K=run["K"],
+                K=max_steps if run["once"] else run["K"],
                 select=SelectConfig(q=q, eps_rel=run["eps"], h_min=run["h_min"], mode=mode, H=run["H"],
                                     mix=run["mix"], noise_alpha=run["noise_alpha"], relevance=run["relevance"],
-                                    c_rel=run["c_rel"]),
-                finetune=FinetuneConfig(steps=run["N"], lr=run["lr"], batch_size=run["batch"]),
+                                    c_rel=run["c_rel"], rule=run["rule"], n_episodes=run["n_episodes"],
+                                    slack=run["slack"]),
+                finetune=FinetuneConfig(steps=run["N"], lr=run["lr"], batch_size=run["batch"],
+                                        reuse_opt_state=run["reuse_adam"]),
+                critic=run["critic"],
+                reset_after_horizon=run["reset_after_horizon"],
             )  # fmt: skip
         except ValueError as e:
             raise TttError(f"{where}: {e}") from None
@@ -301,6 +321,7 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
         driver = "compiled" if has_jax_env(setup.spec.env_id) else "host"
     states, meta = load_checkpoint(ckpt, meta)
     partial = out / "evals" / f".partial-{key}"
+    reuse = states.opt_state if setup.ttt is not None and setup.ttt.finetune.reuse_opt_state else None
     per_task = []
     total = meta["seeds"] * len(run["tasks"]) * run["episodes"]
     done = 0
@@ -313,6 +334,7 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
                     setup,
                     states.agent,
                     data,
+                    opt_states=reuse,
                     episodes=run["episodes"],
                     tasks=(t,),
                     seed=run["eval_seed"],
@@ -400,7 +422,10 @@ def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_s
     eb = episode_batch(run["eval_seed"], n_seeds, (run["tasks"][0],), n_eps)
     ttt_key = eb.ttt_keys[e * n_seeds]  # the grid is episode-major, seed fastest
     start, goal = jnp.asarray(res.starts[0, 0, e]), jnp.asarray(res.goals[0, 0, e])
-    tables = jax.jit(prepare)(agent0, data, goal)
+    from ttt.envs.oracle import has_oracle, maze_oracle
+
+    oracle = maze_oracle(setup.spec.env_id) if has_oracle(setup.spec.env_id) else None
+    tables = jax.jit(prepare)(agent0, data, goal, oracle)
     steps = int(res.steps[0, 0, e])
     obs = res.observations[0, 0, e]
     sel = ttt.select
@@ -408,11 +433,12 @@ def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_s
 
     @jax.jit
     def round_mask(key, tables, data, state):  # the dataset is an argument, never a captured constant
+        from ttt.select import round_spans
+
         rel = setup.transforms.relevance(tables, data, setup.spec.goal_coords(state), sel, setup.spec.goal_eps, None)
-        return setup.transforms.select(key, tables, rel, sel)
+        return round_spans(key, tables, data, rel, sel, setup.transforms.select)
 
     rng = np.random.default_rng(0)
-    ends = np.asarray(tables.ends)
     segs, seg_round, round_start, n_sel = [], [], [], []
     r = 0
     while r * ttt.K < max(steps, 1):
@@ -421,6 +447,7 @@ def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_s
         k_sel, _ = jax.random.split(k_adapt)
         s = round_mask(k_sel, tables, data, state)
         rows = np.flatnonzero(np.asarray(s.mask))
+        ends = np.asarray(s.ends)
         n_sel.append(len(rows))
         round_start.append(np.asarray(state)[:2])
         for j in rng.choice(rows, size=min(max_segments, len(rows)), replace=False) if len(rows) else []:

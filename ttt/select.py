@@ -27,8 +27,12 @@ from ttt.data.dataset import Dataset
 from ttt.data.sampler import sample_rows
 
 Mode = Literal["critic", "mc", "fixed"]
+Rule = Literal["paper", "episodes", "mc-episodes"]
 RelevanceKind = Literal["distance", "value"]
 _MODES = ("critic", "mc", "fixed")
+RULES = ("paper", "episodes", "mc-episodes")
+_BIG = float(jnp.finfo(jnp.float32).max) / 2  # "very far": NaN or out-of-range predicted steps
+_NO_INT = 2**30  # "none" for integer per-episode scores
 _RELEVANCES = ("distance", "value")
 _Q_MAX_DENOMINATOR = 10_000
 
@@ -56,6 +60,16 @@ class SelectConfig:
     - `gamma`: discount in [0, 1). `mix`: fraction of each TTT batch drawn uniformly from the dataset, [0, 1].
     - `noise_alpha`: value-noise scale, `G += N(0, (alpha * mean|G over relevant|)^2)`, >= 0.
     - `relevance`: 'distance' or 'value' (`V(s | s_j) > c_rel`; `c_rel` required then).
+    - `rule`: how relevant rows become training rows (docs/algorithm.md):
+      'paper' (the paper's text: every relevant row starts a sub-trajectory, the top `q` fraction by return kept);
+      'episodes' (the published code's critic rule, needs mode='critic': per dataset episode, from its first
+      relevant row f to the row b >= f + h_min with the fewest value-predicted steps to the goal; the
+      `n_episodes` episodes with the fewest steps at b kept, rows [f, b) trained on);
+      'mc-episodes' (the published code's critic-free rule, needs mode='mc': per episode, the relevant row s with
+      the fewest steps c to its next goal row; episodes with c at or below the `q`-quantile (numpy's linear
+      interpolation) of c over episodes kept, rows [s, s + c + slack) trained on, cut at the episode's end).
+    - `n_episodes`: episodes kept by rule 'episodes' (published: 10). `slack`: rows past the goal row kept by
+      rule 'mc-episodes' (published: 10).
     """
 
     q: float = 0.05
@@ -68,6 +82,9 @@ class SelectConfig:
     noise_alpha: float = 0.0
     relevance: RelevanceKind = "distance"
     c_rel: float | None = None
+    rule: Rule = "paper"
+    n_episodes: int = 10
+    slack: int = 10
 
     def __post_init__(self):
         if not (_is_real(self.q) and 0.0 < self.q <= 1.0):
@@ -95,6 +112,20 @@ class SelectConfig:
             raise ValueError(f"SelectConfig.relevance must be one of {', '.join(_RELEVANCES)}, got {self.relevance!r}")
         if self.relevance == "value" and not _is_real(self.c_rel):
             raise ValueError(f"SelectConfig.c_rel must be a finite number with relevance='value', got {self.c_rel!r}")
+        if self.rule not in RULES:
+            raise ValueError(f"SelectConfig.rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+        if not (_is_int(self.n_episodes) and self.n_episodes >= 1):
+            raise ValueError(f"SelectConfig.n_episodes must be an int >= 1, got {self.n_episodes!r}")
+        if not (_is_int(self.slack) and self.slack >= 0):
+            raise ValueError(f"SelectConfig.slack must be an int >= 0, got {self.slack!r}")
+        need = {"episodes": "critic", "mc-episodes": "mc"}.get(self.rule)
+        if need is not None and self.mode != need:
+            raise ValueError(
+                f"SelectConfig.rule={self.rule!r} needs mode={need!r} "
+                f"({'a critic' if need == 'critic' else 'no critic'}), got mode={self.mode!r}"
+            )
+        if self.rule != "paper" and self.noise_alpha > 0:
+            raise ValueError(f"SelectConfig.noise_alpha applies to rule 'paper' only, got rule={self.rule!r}")
 
 
 class GoalTables(eqx.Module):
@@ -102,7 +133,10 @@ class GoalTables(eqx.Module):
 
     `ends[j]`: last row `e_j` of the sub-trajectory starting at `j` (`j <= e_j <= ep_end[j]`); `returns[j]`:
     its return estimate `G_j`; `eligible[j]`: whether `j` may start a sub-trajectory; `reaches[j]`: whether
-    some row of `[j, e_j]` lies within eps of the goal.
+    some row of `[j, e_j]` lies within eps of the goal. Optional (None when unknown): `first_hit[j]`, the first row
+    at or after `j` within eps of the goal (`n_rows` if none; in `j`'s episode iff `<= ep_end[j]`); `steps[j]`,
+    the steps to the goal that the values predict, `log(1 + (1 - gamma) V) / log(gamma)` (`_BIG` where V is NaN or
+    <= -1/(1 - gamma)); `oracle_steps[j]`, the true shortest-path steps to the goal (diagnostics, `ttt.envs.oracle`).
     """
 
     rewards: Float[Array, " rows"]
@@ -110,6 +144,9 @@ class GoalTables(eqx.Module):
     returns: Float[Array, " rows"]
     eligible: Bool[Array, " rows"]
     reaches: Bool[Array, " rows"]
+    first_hit: Int[Array, " rows"] | None = None
+    steps: Float[Array, " rows"] | None = None
+    oracle_steps: Float[Array, " rows"] | None = None
 
 
 class Selection(eqx.Module):
@@ -119,6 +156,19 @@ class Selection(eqx.Module):
     threshold: Float[Array, ""]
     n_rel: Int[Array, ""]
     n_selected: Int[Array, ""]
+
+
+class Spans(eqx.Module):
+    """One round's sub-trajectories under a selection rule: span `j` runs from row `j` to row `ends[j]` (rows
+    `[j, ends[j])` are trained on). `candidates`: the spans the rule ranked (rule 'paper': every relevant row;
+    the episode rules: one span per episode that has one); `mask`: the spans kept; `threshold`: the score of the
+    worst kept span (NaN if none); `relevant`: the relevant rows the rule started from."""
+
+    candidates: Bool[Array, " rows"]
+    mask: Bool[Array, " rows"]
+    ends: Int[Array, " rows"]
+    threshold: Float[Array, ""]
+    relevant: Bool[Array, " rows"]
 
 
 def _goal_distance(data: Dataset, xy: Float[Array, " goal"]) -> Float[Array, " rows"]:
@@ -203,7 +253,26 @@ def precompute(
     eligible = data.valid & (ends > rows)
     if cfg.mode == "critic":
         eligible = eligible & (rows + cfg.h_min <= ep_end)
-    return GoalTables(rewards=rewards, ends=ends, returns=returns, eligible=eligible, reaches=reaches)
+    steps = None if values is None else predicted_steps(values, cfg.gamma)
+    return GoalTables(
+        rewards=rewards, ends=ends, returns=returns, eligible=eligible, reaches=reaches, first_hit=first_hit,
+        steps=steps,
+    )  # fmt: skip
+
+
+def predicted_steps(values: Float[Array, " rows"], gamma: float) -> Float[Array, " rows"]:
+    """Steps to the goal that values on OGBench's scale (`V = -(1 - gamma^d) / (1 - gamma)`) predict:
+    `d = log(1 + (1 - gamma) V) / log(gamma)`. NaN, `V <= -1 / (1 - gamma)` (never arriving) and any other
+    non-finite result count as very far (`_BIG`), as in the published code."""
+    v = jnp.asarray(values, jnp.float32)
+    d = jnp.log1p((1.0 - gamma) * v) / jnp.log(jnp.float32(gamma))
+    return jnp.where(jnp.isfinite(d), d, _BIG).astype(jnp.float32)
+
+
+def steps_to_values(steps: Float[Array, " rows"], gamma: float) -> Float[Array, " rows"]:
+    """The inverse of `predicted_steps`: OGBench's value of a goal `steps` steps away, `-(1 - gamma^d)/(1 - gamma)`."""
+    d = jnp.asarray(steps, jnp.float32)
+    return (-(1.0 - jnp.power(jnp.float32(gamma), d)) / (1.0 - gamma)).astype(jnp.float32)
 
 
 def relevance(
@@ -291,11 +360,153 @@ def select(key: Key[Array, ""], tables: GoalTables, rel: Bool[Array, " rows"], c
     return Selection(mask=mask, threshold=threshold, n_rel=n_rel, n_selected=k)
 
 
+def span_weights(mask: Bool[Array, " rows"], ends: Int[Array, " rows"], data: Dataset) -> Int[Array, " rows"]:
+    """Per-row count of kept spans covering it (span `j` covers `j <= t < ends[j]`), valid rows only: a
+    difference array and one cumulative sum, O(|D|)."""
+    s = mask.astype(jnp.int32)
+    diff = jnp.concatenate([s, jnp.zeros(1, jnp.int32)]).at[ends].add(-s)
+    return jnp.where(data.valid, jnp.cumsum(diff[:-1]), 0)
+
+
 def train_weights(tables: GoalTables, data: Dataset, selected: Bool[Array, " rows"]) -> Int[Array, " rows"]:
     """Per-row count of selected sub-trajectories covering it (`j <= t < e_j`): difference array + cumsum."""
-    s = selected.astype(jnp.int32)
-    diff = jnp.concatenate([s, jnp.zeros(1, jnp.int32)]).at[tables.ends].add(-s)
-    return jnp.where(data.valid, jnp.cumsum(diff[:-1]), 0)
+    return span_weights(selected, tables.ends, data)
+
+
+def _segment_min(x: Array, data: Dataset) -> Array:
+    """Minimum of `x` over each dataset episode: shape (episodes,)."""
+    return jax.ops.segment_min(x, data.ep_id.astype(jnp.int32), num_segments=data.n_episodes, indices_are_sorted=True)
+
+
+def episode_spans(tables: GoalTables, data: Dataset, rel: Bool[Array, " rows"], cfg: SelectConfig) -> Spans:
+    """Rule 'episodes' (the published code's critic rule). Per dataset episode: `f` = its first relevant row;
+    candidate ends are its rows `b >= f + h_min` (the episode's last row included); `b` = the candidate with the
+    fewest predicted steps to the goal (`tables.steps`; ties: the earliest row); the episode scores those steps.
+    The `n_episodes` best-scoring episodes (ties: the lower episode) that have a candidate are kept: span `[f, b)`.
+    Fixed shapes: segment minima over episodes and one `top_k` over episodes, O(|D| + E log n_episodes)."""
+    if tables.steps is None:
+        raise ValueError("rule 'episodes' needs the values' predicted steps (GoalTables.steps): use mode='critic'")
+    n, E = data.n_rows, data.n_episodes
+    rows = jnp.arange(n, dtype=jnp.int32)
+    ep = data.ep_id.astype(jnp.int32)
+    f = _segment_min(jnp.where(rel, rows, n), data)[ep]  # first relevant row of each row's episode (n: none)
+    cand = (f < n) & (rows >= f + cfg.h_min)
+    d = jnp.where(cand, tables.steps, jnp.inf)
+    best = _segment_min(d, data)  # (E,) fewest predicted steps; inf: no candidate
+    b = _segment_min(jnp.where(cand & (d == best[ep]), rows, n), data)[ep]
+    has = jnp.isfinite(best)
+    _, top = jax.lax.top_k(-best, min(cfg.n_episodes, E))  # equal scores: the lower episode first
+    kept = jnp.zeros((E,), bool).at[top].set(True) & has
+    starts = rows == f
+    candidates = starts & has[ep]
+    mask = starts & kept[ep]
+    threshold = jnp.where(jnp.any(kept), jnp.max(jnp.where(kept, best, -jnp.inf)), jnp.nan)
+    return Spans(
+        candidates=candidates,
+        mask=mask,
+        ends=jnp.where(candidates, b, rows),
+        threshold=threshold,
+        relevant=rel,
+    )
+
+
+def quantile_cut(scores: Int[Array, " n"], ok: Bool[Array, " n"], q: float) -> tuple[Bool[Array, " n"], Array]:
+    """Which integer `scores[ok]` lie at or below their `q`-quantile (numpy's default linear interpolation), in
+    exact integer arithmetic (q as its nearest fraction with denominator <= 10,000), and the quantile itself
+    (NaN when no score is ok). One sort of `n` entries."""
+    frac = Fraction(q).limit_denominator(_Q_MAX_DENOMINATOR)
+    num, den = frac.numerator, frac.denominator
+    m = jnp.sum(ok, dtype=jnp.int32)
+    srt = jnp.sort(jnp.where(ok, scores, _NO_INT).astype(jnp.int32))
+    pos = num * jnp.maximum(m - 1, 0)  # the quantile sits at sorted position pos / den
+    lo = pos // den
+    rem = pos % den
+    a = srt[lo]
+    hi_v = srt[jnp.minimum(lo + 1, jnp.maximum(m - 1, 0))]
+    s = jnp.where(ok, scores, a).astype(jnp.int32)
+    keep = ok & (den * (s - a) <= rem * (hi_v - a)) & (m > 0)
+    value = jnp.where(m > 0, a + (rem / den) * (hi_v - a), jnp.nan)
+    return keep, value
+
+
+def mc_episode_spans(tables: GoalTables, data: Dataset, rel: Bool[Array, " rows"], cfg: SelectConfig) -> Spans:
+    """Rule 'mc-episodes' (the published code's critic-free rule). For each relevant row `j` with a goal row
+    ahead in its episode, `c_j` = steps to the first one (>= 1); per episode, `s` = the relevant row with the
+    fewest (ties: the earliest) and `c` its count. Episodes with `c` at or below the `q`-quantile of `c` over the
+    episodes that have one are kept: span `[s, min(s + c + slack, ep_end))`. O(|D| + E log E)."""
+    if tables.first_hit is None:
+        raise ValueError("rule 'mc-episodes' needs GoalTables.first_hit (from select.precompute)")
+    n = data.n_rows
+    rows = jnp.arange(n, dtype=jnp.int32)
+    ep = data.ep_id.astype(jnp.int32)
+    ep_end = data.ep_end.astype(jnp.int32)
+    fh = tables.first_hit
+    c = jnp.where(rel & (fh <= ep_end) & (fh > rows), fh - rows, _NO_INT)
+    c_ep = _segment_min(c, data)
+    has = c_ep < _NO_INT
+    s = _segment_min(jnp.where((c < _NO_INT) & (c == c_ep[ep]), rows, n), data)[ep]
+    keep_ep, cut = quantile_cut(c_ep, has, cfg.q)
+    starts = rows == s
+    candidates = starts & has[ep]
+    mask = starts & keep_ep[ep]
+    ends = jnp.where(candidates, jnp.minimum(rows + c_ep[ep] + cfg.slack, ep_end), rows)
+    return Spans(candidates=candidates, mask=mask, ends=ends, threshold=cut.astype(jnp.float32), relevant=rel)
+
+
+def _spearman_first(mask: Bool[Array, " rows"], x: Float[Array, " rows"], y: Float[Array, " rows"], m: int):
+    """Spearman rank correlation of `x` and `y` over the first `m` rows where `mask` (file order; episodes are
+    independent draws, so this is a fixed-size sample of them); ordinal ranks; NaN with fewer than 3 rows."""
+    cs = jnp.cumsum(mask.astype(jnp.int32))
+    idx = jnp.minimum(jnp.searchsorted(cs, jnp.arange(1, m + 1, dtype=jnp.int32), side="left"), mask.shape[0] - 1)
+    ok = jnp.arange(m) < cs[-1]
+    cnt = jnp.sum(ok)
+
+    def ranks(v):
+        v = jnp.where(ok, v[idx], jnp.inf)
+        return jnp.argsort(jnp.argsort(v)).astype(jnp.float32)
+
+    rx, ry = ranks(x), ranks(y)
+    mean = (cnt.astype(jnp.float32) - 1) / 2
+    dx, dy = jnp.where(ok, rx - mean, 0.0), jnp.where(ok, ry - mean, 0.0)
+    r = jnp.sum(dx * dy) / jnp.sqrt(jnp.sum(dx * dx) * jnp.sum(dy * dy))
+    return jnp.where(cnt >= 3, r, jnp.nan)
+
+
+SPEARMAN_SAMPLE = 2048  # relevant rows the per-round critic-vs-oracle rank correlation uses
+
+
+def span_metrics(tables: GoalTables, data: Dataset, sp: Spans, weights: Array) -> dict[str, Array]:
+    """The round metrics of a selection (ROUND_METRICS in ttt.episode): counts, goal reach, the longest kept span
+    and, when `tables.oracle_steps` is known, the ranking diagnostics."""
+    rows = jnp.arange(data.n_rows, dtype=jnp.int32)
+    n_sel = jnp.sum(sp.mask, dtype=jnp.int32)
+    reach = tables.reaches if tables.first_hit is None else tables.first_hit <= sp.ends
+    nan = jnp.full((), jnp.nan, jnp.float32)
+    out = {
+        "n_rel": jnp.sum(sp.relevant, dtype=jnp.int32),
+        "n_selected": n_sel,
+        "threshold": sp.threshold.astype(jnp.float32),
+        "empty": n_sel == 0,
+        "n_train_rows": jnp.sum(weights > 0, dtype=jnp.int32),
+        "reach_frac": jnp.where(n_sel > 0, jnp.sum(sp.mask & reach) / jnp.maximum(n_sel, 1), nan),
+        "max_span": jnp.max(jnp.where(sp.mask, sp.ends - rows, 0)).astype(jnp.int32),
+        "spearman": nan,
+        "oracle_end_sel": nan,
+        "oracle_end_all": nan,
+    }
+    o = tables.oracle_steps
+    if o is not None:
+        at_end = o[sp.ends]
+        n_cand = jnp.sum(sp.candidates)
+        out["oracle_end_sel"] = jnp.where(
+            n_sel > 0, jnp.sum(jnp.where(sp.mask, at_end, 0.0)) / jnp.maximum(n_sel, 1), nan
+        )
+        out["oracle_end_all"] = jnp.where(
+            n_cand > 0, jnp.sum(jnp.where(sp.candidates, at_end, 0.0)) / jnp.maximum(n_cand, 1), nan
+        )
+        if tables.steps is not None:
+            out["spearman"] = _spearman_first(sp.relevant, tables.steps, o, SPEARMAN_SAMPLE).astype(jnp.float32)
+    return out
 
 
 def n_uniform(n: int, mix: float) -> int:
@@ -359,6 +570,29 @@ def sample_ttt_rows(
     return jnp.concatenate(parts).astype(jnp.int32)
 
 
+def round_spans(
+    key: Key[Array, ""],
+    tables: GoalTables,
+    data: Dataset,
+    rel: Bool[Array, " rows"],
+    cfg: SelectConfig,
+    select_fn=None,
+) -> Spans:
+    """The spans one round keeps from the relevant rows `rel`, under `cfg.rule` ('paper': `select_fn`, default
+    `select`, keeps the top `q` fraction of relevant rows by return; 'episodes' / 'mc-episodes': the published
+    code's per-episode rules)."""
+    if cfg.rule == "paper":
+        sel = (select_fn or select)(key, tables, rel, cfg)
+        if not isinstance(sel, Selection):
+            raise TypeError(f"a select transform must return ttt.select.Selection, got {type(sel).__name__}")
+        return Spans(candidates=rel, mask=sel.mask, ends=tables.ends, threshold=sel.threshold, relevant=rel)
+    if select_fn not in (None, select):
+        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={cfg.rule!r}")
+    if cfg.rule == "episodes":
+        return episode_spans(tables, data, rel, cfg)
+    return mc_episode_spans(tables, data, rel, cfg)
+
+
 def select_round(
     key: Key[Array, ""],
     tables: GoalTables,
@@ -372,22 +606,62 @@ def select_round(
     select_fn=None,
     weights_fn=None,
 ) -> tuple[Int[Array, " rows"], dict[str, Array]]:
-    """One round: relevance -> top fraction -> training-row weights.
+    """One round: relevance -> the rule's spans (rule 'paper': top fraction) -> training-row weights.
 
-    The three stages default to `relevance`, `select` and `train_weights`; pass functions with the same
-    signatures to compose a variant. Metrics: `n_rel`, `n_selected`, `threshold` (C, the worst kept score; NaN
-    when empty), `empty` (no relevant row: the caller keeps the pre-trained agent), `n_train_rows` (rows with
-    weight > 0), `reach_frac` (fraction of kept sub-trajectories that reach the goal).
+    The stages default to `relevance`, `select` and `train_weights`; pass functions with the same signatures to
+    compose a variant (`select_fn` and `weights_fn` apply to rule 'paper'). Metrics (`span_metrics`): `n_rel`,
+    `n_selected` (spans kept), `threshold` (the worst kept score; NaN when empty), `empty` (nothing kept: the caller
+    keeps the pre-trained agent), `n_train_rows` (rows with weight > 0), `reach_frac` (kept spans that reach the
+    goal), `max_span` (rows in the longest kept span), and with an oracle `spearman`, `oracle_end_sel`,
+    `oracle_end_all`.
     """
     rel = (relevance_fn or relevance)(tables, data, state_xy, cfg, goal_eps, row_values)
-    sel = (select_fn or select)(key, tables, rel, cfg)
-    weights = (weights_fn or train_weights)(tables, data, sel.mask)
-    metrics = {
-        "n_rel": sel.n_rel,
-        "n_selected": sel.n_selected,
-        "threshold": sel.threshold,
-        "empty": sel.n_rel == 0,
-        "n_train_rows": jnp.sum(weights > 0, dtype=jnp.int32),
-        "reach_frac": jnp.sum(sel.mask & tables.reaches) / jnp.maximum(sel.n_selected, 1),
-    }
-    return weights, metrics
+    sp = round_spans(key, tables, data, rel, cfg, select_fn)
+    if cfg.rule == "paper":
+        weights = (weights_fn or train_weights)(tables, data, sp.mask)
+    else:
+        weights = span_weights(sp.mask, sp.ends, data)
+    return weights, span_metrics(tables, data, sp, weights)
+
+
+def training_rows(
+    rule: Rule,
+    data: Dataset,
+    state: Float[Array, " goal"],
+    goal: Float[Array, " goal"],
+    values: Float[Array, " rows"] | None = None,
+    *,
+    goal_eps: float,
+    key: Key[Array, ""] | None = None,
+    **params,
+) -> Int[Array, " rows"]:
+    """The per-row training weights of one round (0/1 for the episode rules; span counts for 'paper').
+
+    Arguments:
+    - `rule`: 'paper', 'episodes' (needs `values`) or 'mc-episodes' (critic-free).
+    - `data`: the dataset; `state`, `goal`: the current state's and the episode goal's GOAL COORDINATES (like
+      `data.goals`, e.g. maze xy).
+    - `values`: `V(s_j | goal)` of every row on OGBench's scale; given, rule 'paper' ranks by the critic's
+      returns, else by Monte-Carlo returns.
+    - `goal_eps`: the environment's success radius (pointmaze 1.0, antmaze 0.5, cube 0.04).
+    - `key`: breaks rule 'paper's ties (default `jax.random.key(0)`).
+    - `**params`: any `SelectConfig` field: `q` (paper: fraction kept, default 0.05; mc-episodes: the episode
+      quantile, published 0.2), `eps_rel` (relevance radius, default `goal_eps`), `h_min` (shortest span with a
+      critic; the published `min_steps`, 10), `n_episodes` (10), `slack` (10), `gamma` (0.99), ...
+
+    Pure and fixed-shape: jit it with `rule` and `params` static.
+    """
+    if rule not in RULES:
+        raise ValueError(f"training_rows: rule must be one of {', '.join(RULES)}, got {rule!r}")
+    if "mode" in params or "rule" in params:
+        raise ValueError("training_rows: mode and rule follow from the `rule` argument and `values`")
+    mode = "critic" if rule == "episodes" or (rule == "paper" and values is not None) else "mc"
+    if rule == "mc-episodes" and values is not None:
+        raise ValueError("training_rows: rule 'mc-episodes' is critic-free; pass values=None")
+    if rule == "episodes" and values is None:
+        raise ValueError("training_rows: rule 'episodes' needs values (V(s_j | goal) for every row)")
+    cfg = SelectConfig(rule=rule, mode=mode, **params)
+    key = jax.random.key(0) if key is None else key
+    tables = precompute(data, jnp.asarray(goal, jnp.float32), values, cfg, goal_eps)
+    weights, _ = select_round(key, tables, data, jnp.asarray(state, jnp.float32), cfg, goal_eps)
+    return weights
