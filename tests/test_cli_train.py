@@ -31,8 +31,26 @@ def trained(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
     gen.generate(STITCH, episodes=4, seed=0, directory=d, workers=1)
     ck = d / "ck"
-    rc = main(["pretrain", "--dataset", STITCH, "--agent", "gcbc", "--steps", "4", "--chunk", "2", "--seeds", "2",
-               "--out", str(ck), "--dir", str(d), *TINY])
+    rc = main(
+        [
+            "pretrain",
+            "--dataset",
+            STITCH,
+            "--agent",
+            "gcbc",
+            "--steps",
+            "4",
+            "--chunk",
+            "2",
+            "--seeds",
+            "2",
+            "--out",
+            str(ck),
+            "--dir",
+            str(d),
+            *TINY,
+        ]
+    )
     assert rc == 0
     return d, ck
 
@@ -42,15 +60,49 @@ def test_pretrain_then_eval(trained, capsys):
     meta = json.loads((ck / "meta.json").read_text())
     assert meta["step"] == 4 and meta["seeds"] == 2 and meta["agent"] == "gcbc" and meta["profile"] == "cpu"
     assert meta["config"]["actor_hidden_dims"] == [8, 8] and meta["config"]["with_critic"] is True
-    rc, out, err = run(["eval", str(ck), "--episodes", "1", "--tasks", "2", "--dir", str(d), "--variants", "base",
-                        "--json", str(d / "eval.json")], capsys)
+    rc, out, err = run(
+        [
+            "eval",
+            str(ck),
+            "--episodes",
+            "1",
+            "--tasks",
+            "2",
+            "--dir",
+            str(d),
+            "--variants",
+            "base",
+            "--json",
+            str(d / "eval.json"),
+        ],
+        capsys,
+    )
     assert rc == 0, err
     assert "2 seeds x 1 tasks x 1 episodes" in out
     doc = json.loads((d / "eval.json").read_text())
     assert np.array(doc["success"]).shape == (2, 1, 1) and doc["tasks"] == [2]
     # A rerun with more steps resumes from step 4.
-    rc, out, err = run(["pretrain", "--dataset", STITCH, "--agent", "gcbc", "--steps", "6", "--chunk", "2",
-                        "--seeds", "2", "--out", str(ck), "--dir", str(d), *TINY], capsys)
+    rc, out, err = run(
+        [
+            "pretrain",
+            "--dataset",
+            STITCH,
+            "--agent",
+            "gcbc",
+            "--steps",
+            "6",
+            "--chunk",
+            "2",
+            "--seeds",
+            "2",
+            "--out",
+            str(ck),
+            "--dir",
+            str(d),
+            *TINY,
+        ],
+        capsys,
+    )
     assert rc == 0, err
     assert json.loads((ck / "meta.json").read_text())["step"] == 6
     # Not a terminal: progress is plain lines on stderr (here only the last: the run is shorter than 30 s).
@@ -87,8 +139,7 @@ def test_unknown_agent_and_profile_list_valid_ones(capsys):
 
 
 def test_unknown_config_key_lists_valid_ones(capsys):
-    rc, _, err = run(["pretrain", "--dataset", STITCH, "--agent", "gciql", "--out", "x", "--set", "lr_max=1"],
-                     capsys)
+    rc, _, err = run(["pretrain", "--dataset", STITCH, "--agent", "gciql", "--out", "x", "--set", "lr_max=1"], capsys)
     line = one_line_error(err)
     assert rc == 2 and "unknown gciql config key(s) lr_max" in line and "expectile" in line
 
@@ -104,8 +155,27 @@ def test_checkpoint_of_another_dataset_is_refused(trained, capsys):
     assert rc == 2 and f"trained on {STITCH}, not on pointmaze-medium-navigate-v0" in line
     # Resuming into a checkpoint of another dataset names both too.
     gen.generate("pointmaze-large-stitch-v0", episodes=1, seed=0, directory=d, workers=1)
-    rc, _, err = run(["pretrain", "--dataset", "pointmaze-large-stitch-v0", "--agent", "gcbc", "--steps", "6",
-                      "--chunk", "2", "--seeds", "2", "--out", str(ck), "--dir", str(d), *TINY], capsys)
+    rc, _, err = run(
+        [
+            "pretrain",
+            "--dataset",
+            "pointmaze-large-stitch-v0",
+            "--agent",
+            "gcbc",
+            "--steps",
+            "6",
+            "--chunk",
+            "2",
+            "--seeds",
+            "2",
+            "--out",
+            str(ck),
+            "--dir",
+            str(d),
+            *TINY,
+        ],
+        capsys,
+    )
     line = one_line_error(err)
     assert rc == 2 and f"trained on {STITCH}, not on pointmaze-large-stitch-v0" in line
 
@@ -113,3 +183,32 @@ def test_checkpoint_of_another_dataset_is_refused(trained, capsys):
 def test_missing_checkpoint(tmp_path, capsys):
     rc, _, err = run(["eval", str(tmp_path)], capsys)
     assert rc == 2 and "no checkpoint here" in one_line_error(err)
+
+
+def test_eval_with_the_published_rules_and_the_oracle(trained, capsys):
+    d, ck = trained
+    out_json = d / "rules.json"
+    rc, out, err = run(["eval", str(ck), "--episodes", "1", "--tasks", "2", "--dir", str(d), "--variants", "ttt,ttt-mc",
+                        "--rule", "episodes", "--critic", "oracle", "--N", "2", "--K", "500", "--reset-after-horizon",
+                        "--reuse-adam", "--json", str(out_json)], capsys)  # fmt: skip
+    assert rc == 0, err
+    doc = json.loads(out_json.read_text())
+    ttt, mc = doc["variants"]["ttt"], doc["variants"]["ttt-mc"]
+    assert ttt["ttt"]["select"]["rule"] == "episodes" and ttt["ttt"]["critic"] == "oracle"
+    assert ttt["ttt"]["reset_after_horizon"] is True and ttt["ttt"]["finetune"]["reuse_opt_state"] is True
+    assert mc["ttt"]["select"]["rule"] == "paper" and mc["ttt"]["critic"] == "learned"  # the critic rule is ttt's
+    assert np.array(ttt["rounds"]["spearman"]).shape == (2, 1, 1, 2)  # diagnostics recorded per round
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--variants", "ttt-mc", "--critic", "oracle"], "--critic oracle replaces the learned critic of variant ttt"),
+        (["--variants", "ttt", "--n-episodes", "0"], "--n-episodes must be >= 1"),
+        (["--variants", "ttt-mc", "--rule", "mc-episodes", "--slack", "-1"], "--slack must be >= 0"),
+    ],
+)
+def test_eval_rule_options_are_checked(trained, capsys, args, needle):
+    d, ck = trained
+    rc, _, err = run(["eval", str(ck), "--dir", str(d), *args], capsys)
+    assert rc == 2 and needle in one_line_error(err)
