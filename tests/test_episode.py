@@ -258,7 +258,7 @@ def test_a_variant_composes_from_swapped_transforms():
         return eqx.tree_at(lambda t: t.returns, tables, jnp.zeros_like(tables.returns))
 
     custom = dataclasses.replace(Transforms(), relevance=everywhere, precompute=flat_returns)
-    ttt = ttt_cfg()
+    ttt = ttt_cfg(rule="paper")  # the top-q filter the swapped stages feed
     ag = agents(2)
     rk, tk, tasks = keys_tasks(2)
     out = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L, custom))(ag, None, ENV, DATA, rk, tk, tasks)

@@ -119,6 +119,16 @@ def test_config_defaults_are_paper_and_hashable():
     hash(cfg)
 
 
+def test_default_rule_follows_the_mode():
+    # With a critic the published code's rule (the selection study's verdict), without one the paper's.
+    assert SelectConfig().rule is None and SelectConfig().rule_used == "episodes"
+    assert SelectConfig(mode="mc").rule_used == "paper" and SelectConfig(mode="fixed", H=3).rule_used == "paper"
+    assert dataclasses.replace(SelectConfig(), mode="mc").rule_used == "paper"  # nothing resolved is carried over
+    assert SelectConfig(rule="paper").rule_used == "paper"
+    with pytest.raises(ValueError, match="noise_alpha applies to rule 'paper'.*set rule='paper'"):
+        SelectConfig(noise_alpha=0.1)
+
+
 def test_missing_values_raise():
     with pytest.raises(ValueError, match="needs values"):
         precompute(LINE, GOAL, None, SelectConfig(), EPS)
@@ -242,7 +252,10 @@ def test_value_noise_keeps_count_and_relevance():
     g = np.linspace(-10, -1, 12)
     rel = jnp.asarray(mask(12, range(0, 12, 2)))
     base = SELECT(jax.random.key(0), tables_with(g), rel, SelectConfig(q=0.5))
-    noisy = [SELECT(jax.random.key(s), tables_with(g), rel, SelectConfig(q=0.5, noise_alpha=2.0)) for s in range(8)]
+    noisy = [
+        SELECT(jax.random.key(s), tables_with(g), rel, SelectConfig(q=0.5, noise_alpha=2.0, rule="paper"))
+        for s in range(8)
+    ]
     for sel in noisy:
         m = np_(sel.mask)
         assert m.sum() == 3 and not (m & ~np_(rel)).any()
@@ -256,7 +269,7 @@ def test_train_weights_count_overlapping_spans():
 
 
 def test_select_round_by_hand():
-    cfg = SelectConfig(h_min=1, gamma=0.5, q=0.5, eps_rel=1.6)
+    cfg = SelectConfig(h_min=1, gamma=0.5, q=0.5, eps_rel=1.6, rule="paper")
     t = PRE(LINE, GOAL, LINE_V, cfg, EPS)
     # relevant to (0.5, 0): rows 0, 1, 2 (d 0.5, 0.5, 1.5) with G -1.75, -1.5, -0.5; keep ceil(1.5) = 2
     w, m = ROUND(jax.random.key(0), t, LINE, jnp.array([0.5, 0.0]), cfg, EPS)
@@ -266,7 +279,7 @@ def test_select_round_by_hand():
 
 
 def test_empty_selection_and_uniform_fallback():
-    cfg = SelectConfig(h_min=1)
+    cfg = SelectConfig(h_min=1, rule="paper")
     t = PRE(LINE, GOAL, LINE_V, cfg, EPS)
     w, m = ROUND(jax.random.key(0), t, LINE, jnp.array([50.0, 50.0]), cfg, EPS)
     assert not np_(w).any()
@@ -319,7 +332,7 @@ def test_sampling_argument_errors():
 
 
 def test_vmap_over_goals_matches_single_goal_with_one_trace():
-    cfg = SelectConfig(h_min=1, gamma=0.5, q=0.5, eps_rel=1.6)
+    cfg = SelectConfig(h_min=1, gamma=0.5, q=0.5, eps_rel=1.6, rule="paper")
 
     @eqx.filter_jit
     @eqx.debug.assert_max_traces(max_traces=1)
@@ -348,7 +361,7 @@ def test_vmap_over_goals_matches_single_goal_with_one_trace():
 N_ROWS, N_EPISODES = 40, 5
 P_GAMMA, P_EPS = 0.9, 1.0
 P_CFGS = {
-    "critic": SelectConfig(h_min=2, gamma=P_GAMMA),
+    "critic": SelectConfig(h_min=2, gamma=P_GAMMA, rule="paper"),
     "mc": SelectConfig(mode="mc", gamma=P_GAMMA),
     "fixed": SelectConfig(mode="fixed", H=3, gamma=P_GAMMA),
     "fixed_nv": SelectConfig(mode="fixed", H=4, gamma=P_GAMMA),  # fixed spans, no critic: MC returns

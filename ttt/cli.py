@@ -418,10 +418,10 @@ def _env_max_steps(env_id: str) -> int:
 @click.option(
     "--rule",
     type=click.Choice(["paper", "episodes", "mc-episodes"]),
-    default="paper",
-    show_default=True,
+    default=None,
     help="Selection rule: paper (the paper's text), episodes (published code, critic; variant ttt), mc-episodes "
-    "(published code, critic-free; variant ttt-mc). See docs/algorithm.md.",
+    "(published code, critic-free; variant ttt-mc). Default: episodes for ttt, paper for ttt-mc. See "
+    "docs/algorithm.md.",
 )
 @click.option(
     "--critic",
@@ -606,11 +606,11 @@ def _make_setup(name, meta, cfg, sampler, spec, max_steps, driver, backend, kw):
             raise TttError(f"--n-episodes must be >= 1, got {kw['n_episodes']}")
         if kw["slack"] < 0:
             raise TttError(f"--slack must be >= 0, got {kw['slack']}")
-        rule = kw["rule"]
+        rule = kw["rule"]  # None: the variant's default (SelectConfig: episodes with a critic, paper without)
         if rule == "episodes" and name != "ttt":
-            rule = "paper"  # the critic rule applies to variant ttt; ttt-mc keeps the paper's critic-free rule
+            rule = None  # the critic rule applies to variant ttt; ttt-mc keeps its default critic-free rule
         if rule == "mc-episodes" and name != "ttt-mc":
-            rule = "paper"
+            rule = None
         if name == "ttt-mc" and kw["critic"] == "oracle":
             raise TttError("--critic oracle replaces the learned critic of variant ttt; ttt-mc uses no critic")
         try:

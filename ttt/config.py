@@ -115,9 +115,9 @@ RUN_KEYS: dict[str, Key] = {
     "c_rel": Key("float", None, "value-relevance threshold C (relevance = 'value')", nullable=True),
     "selection": Key("str", "both", "selection: both, relevant only, optimal only, random, random-rank (relevant "
                      "rows ranked by random scores; rule paper)", choices=SELECTIONS),
-    "rule": Key("str", "paper", "selection rule: paper (the paper's text), episodes (the published code's critic "
-                "rule), mc-episodes (its critic-free rule); docs/algorithm.md", choices=("paper", "episodes",
-                                                                                        "mc-episodes")),
+    "rule": Key("str", None, "selection rule: paper (the paper's text), episodes (the published code's critic "
+                "rule), mc-episodes (its critic-free rule); null: episodes for variant ttt, paper for ttt-mc; "
+                "docs/algorithm.md", nullable=True, choices=("paper", "episodes", "mc-episodes")),
     "critic": Key("str", "learned", "values for selection: learned, or oracle (maze shortest paths; point mazes)",
                   choices=("learned", "oracle")),
     "n_episodes": Key("int", 10, "rule episodes: dataset episodes kept per round", False, None, *_pos),
@@ -268,9 +268,11 @@ def _check_combination(r: dict, where: str) -> None:
         raise TttError(f"{where}: rule 'mc-episodes' is critic-free: it needs variant 'ttt-mc', got {r['variant']!r}")
     if r["critic"] == "oracle" and r["variant"] != "ttt":
         raise TttError(f"{where}: critic 'oracle' replaces the learned critic of variant 'ttt', got {r['variant']!r}")
-    if r["rule"] != "paper" and (r["H"] is not None or r["noise_alpha"] > 0 or r["selection"] != "both"):
+    rule = effective_rule(r)
+    if rule != "paper" and (r["H"] is not None or r["noise_alpha"] > 0 or r["selection"] != "both"):
+        why = " (the default of variant ttt)" if r["rule"] is None else ""
         raise TttError(f"{where}: H, noise_alpha and selection ablations apply to rule 'paper', got rule "
-                       f"{r['rule']!r}")  # fmt: skip
+                       f"{rule!r}{why}; set rule = 'paper'")  # fmt: skip
     if r["driver"] == "compiled":
         from ttt.data.specs import get_spec
         from ttt.envs import has_jax_env
@@ -280,6 +282,14 @@ def _check_combination(r: dict, where: str) -> None:
             raise TttError(
                 f"{where}: driver = 'compiled': {env_id} has no in-program environment; use 'host' or 'auto'"
             )
+
+
+def effective_rule(r: dict) -> str:
+    """The selection rule a run uses: its `rule`, else its variant's default (ttt: 'episodes', the published
+    code's critic rule; ttt-mc and fixed-H runs: 'paper'; base: 'paper', unused)."""
+    if r["rule"] is not None:
+        return r["rule"]
+    return "episodes" if r["variant"] == "ttt" and r["H"] is None else "paper"
 
 
 def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ttt.config import EVAL_KEYS, Pipeline
+from ttt.config import EVAL_KEYS, Pipeline, effective_rule
 from ttt.errors import TttError
 
 STAGES = ("data", "pretrain", "eval")
@@ -271,7 +271,7 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
                 K=max_steps if run["once"] else run["K"],
                 select=SelectConfig(q=q, eps_rel=run["eps"], h_min=run["h_min"], mode=mode, H=run["H"],
                                     mix=run["mix"], noise_alpha=run["noise_alpha"], relevance=run["relevance"],
-                                    c_rel=run["c_rel"], rule=run["rule"], n_episodes=run["n_episodes"],
+                                    c_rel=run["c_rel"], rule=effective_rule(run), n_episodes=run["n_episodes"],
                                     slack=run["slack"]),
                 finetune=FinetuneConfig(steps=run["N"], lr=run["lr"], batch_size=run["batch"],
                                         reuse_opt_state=run["reuse_adam"]),

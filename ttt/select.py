@@ -31,6 +31,10 @@ Rule = Literal["paper", "episodes", "mc-episodes"]
 RelevanceKind = Literal["distance", "value"]
 _MODES = ("critic", "mc", "fixed")
 RULES = ("paper", "episodes", "mc-episodes")
+# The rule a mode gets when none is named: with a critic the published code's, which the selection study found to
+# work with a short-trained critic where the paper's text does not (benchmarks/RESULTS.md); without one, the
+# paper's Monte-Carlo rule (as good on navigate, and it replans every K steps).
+DEFAULT_RULES = {"critic": "episodes", "mc": "paper", "fixed": "paper"}
 _BIG = float(jnp.finfo(jnp.float32).max) / 2  # "very far": NaN or out-of-range predicted steps
 _NO_INT = 2**30  # "none" for integer per-episode scores
 _RELEVANCES = ("distance", "value")
@@ -60,7 +64,8 @@ class SelectConfig:
     - `gamma`: discount in [0, 1). `mix`: fraction of each TTT batch drawn uniformly from the dataset, [0, 1].
     - `noise_alpha`: value-noise scale, `G += N(0, (alpha * mean|G over relevant|)^2)`, >= 0.
     - `relevance`: 'distance' or 'value' (`V(s | s_j) > c_rel`; `c_rel` required then).
-    - `rule`: how relevant rows become training rows (docs/algorithm.md):
+    - `rule`: how relevant rows become training rows (docs/algorithm.md); None: the mode's default,
+      `DEFAULT_RULES` (critic: 'episodes'; mc and fixed: 'paper'):
       'paper' (the paper's text: every relevant row starts a sub-trajectory, the top `q` fraction by return kept);
       'episodes' (the published code's critic rule, needs mode='critic': per dataset episode, from its first
       relevant row f to the row b >= f + h_min with the fewest value-predicted steps to the goal; the
@@ -82,7 +87,7 @@ class SelectConfig:
     noise_alpha: float = 0.0
     relevance: RelevanceKind = "distance"
     c_rel: float | None = None
-    rule: Rule = "paper"
+    rule: Rule | None = None
     n_episodes: int = 10
     slack: int = 10
 
@@ -112,20 +117,27 @@ class SelectConfig:
             raise ValueError(f"SelectConfig.relevance must be one of {', '.join(_RELEVANCES)}, got {self.relevance!r}")
         if self.relevance == "value" and not _is_real(self.c_rel):
             raise ValueError(f"SelectConfig.c_rel must be a finite number with relevance='value', got {self.c_rel!r}")
-        if self.rule not in RULES:
+        if self.rule is not None and self.rule not in RULES:
             raise ValueError(f"SelectConfig.rule must be one of {', '.join(RULES)}, got {self.rule!r}")
         if not (_is_int(self.n_episodes) and self.n_episodes >= 1):
             raise ValueError(f"SelectConfig.n_episodes must be an int >= 1, got {self.n_episodes!r}")
         if not (_is_int(self.slack) and self.slack >= 0):
             raise ValueError(f"SelectConfig.slack must be an int >= 0, got {self.slack!r}")
-        need = {"episodes": "critic", "mc-episodes": "mc"}.get(self.rule)
+        need = {"episodes": "critic", "mc-episodes": "mc"}.get(self.rule)  # an explicit rule must fit the mode
         if need is not None and self.mode != need:
             raise ValueError(
                 f"SelectConfig.rule={self.rule!r} needs mode={need!r} "
                 f"({'a critic' if need == 'critic' else 'no critic'}), got mode={self.mode!r}"
             )
-        if self.rule != "paper" and self.noise_alpha > 0:
-            raise ValueError(f"SelectConfig.noise_alpha applies to rule 'paper' only, got rule={self.rule!r}")
+        if self.rule_used != "paper" and self.noise_alpha > 0:
+            raise ValueError(
+                f"SelectConfig.noise_alpha applies to rule 'paper' only, got rule={self.rule_used!r} (set rule='paper')"
+            )
+
+    @property
+    def rule_used(self) -> str:
+        """The rule in force: `rule`, or the mode's default (`DEFAULT_RULES`) when it is None."""
+        return DEFAULT_RULES[self.mode] if self.rule is None else self.rule
 
 
 class GoalTables(eqx.Module):
@@ -578,17 +590,18 @@ def round_spans(
     cfg: SelectConfig,
     select_fn=None,
 ) -> Spans:
-    """The spans one round keeps from the relevant rows `rel`, under `cfg.rule` ('paper': `select_fn`, default
+    """The spans one round keeps from the relevant rows `rel`, under `cfg.rule_used` ('paper': `select_fn`, default
     `select`, keeps the top `q` fraction of relevant rows by return; 'episodes' / 'mc-episodes': the published
     code's per-episode rules)."""
-    if cfg.rule == "paper":
+    rule = cfg.rule_used
+    if rule == "paper":
         sel = (select_fn or select)(key, tables, rel, cfg)
         if not isinstance(sel, Selection):
             raise TypeError(f"a select transform must return ttt.select.Selection, got {type(sel).__name__}")
         return Spans(candidates=rel, mask=sel.mask, ends=tables.ends, threshold=sel.threshold, relevant=rel)
     if select_fn not in (None, select):
-        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={cfg.rule!r}")
-    if cfg.rule == "episodes":
+        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={rule!r}")
+    if rule == "episodes":
         return episode_spans(tables, data, rel, cfg)
     return mc_episode_spans(tables, data, rel, cfg)
 
@@ -617,7 +630,7 @@ def select_round(
     """
     rel = (relevance_fn or relevance)(tables, data, state_xy, cfg, goal_eps, row_values)
     sp = round_spans(key, tables, data, rel, cfg, select_fn)
-    if cfg.rule == "paper":
+    if cfg.rule_used == "paper":
         weights = (weights_fn or train_weights)(tables, data, sp.mask)
     else:
         weights = span_weights(sp.mask, sp.ends, data)
