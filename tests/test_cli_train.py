@@ -196,7 +196,7 @@ def test_eval_with_the_published_rules_and_the_oracle(trained, capsys):
     ttt, mc = doc["variants"]["ttt"], doc["variants"]["ttt-mc"]
     assert ttt["ttt"]["select"]["rule"] == "episodes" and ttt["ttt"]["critic"] == "oracle"
     assert ttt["ttt"]["reset_after_horizon"] is True and ttt["ttt"]["finetune"]["reuse_opt_state"] is True
-    assert mc["ttt"]["select"]["rule"] == "paper" and mc["ttt"]["critic"] == "learned"  # the critic rule is ttt's
+    assert mc["ttt"]["select"]["rule_used"] == "paper" and mc["ttt"]["critic"] == "learned"  # the critic rule is ttt's
     assert np.array(ttt["rounds"]["spearman"]).shape == (2, 1, 1, 2)  # diagnostics recorded per round
 
 

@@ -487,6 +487,8 @@ def eval_cmd(
     bad = [v for v in names if v not in VARIANTS]
     if bad or not names:
         raise TttError(f"unknown variant(s) {', '.join(bad) or '(none)'}; valid: {', '.join(VARIANTS)}")
+    if critic == "oracle" and "ttt" not in names:
+        raise TttError("--critic oracle replaces the learned critic of variant ttt; add ttt to --variants")
     dataset = meta["dataset"] if dataset is None else dataset
     spec = get_spec(dataset)
     check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, checkpoint)
@@ -611,8 +613,6 @@ def _make_setup(name, meta, cfg, sampler, spec, max_steps, driver, backend, kw):
             rule = None  # the critic rule applies to variant ttt; ttt-mc keeps its default critic-free rule
         if rule == "mc-episodes" and name != "ttt-mc":
             rule = None
-        if name == "ttt-mc" and kw["critic"] == "oracle":
-            raise TttError("--critic oracle replaces the learned critic of variant ttt; ttt-mc uses no critic")
         try:
             ttt = TTTConfig(
                 K=max_steps if kw["once"] else kw["K"],
@@ -645,6 +645,7 @@ def _result_doc(res, setup) -> dict:
     doc["episodes_per_s"] = res.success.size / res.wall_s if res.wall_s else None
     if setup.ttt is not None:
         doc["ttt"] = json.loads(json.dumps(dc.asdict(setup.ttt), default=str))
+        doc["ttt"]["select"]["rule_used"] = setup.ttt.select.rule_used  # rule None: the mode's default
         doc["rounds"] = {k: v.tolist() for k, v in (res.rounds or {}).items()}
     return doc
 

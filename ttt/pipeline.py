@@ -363,6 +363,7 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
         checkpoint=str(ckpt),
         checkpoint_step=meta["step"],
         profile=meta.get("profile"),
+        rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
         driver=driver,
         eval_key=key,
         seeds=int(success.shape[0]),
