@@ -72,9 +72,9 @@ def rows(records: list[dict]) -> list[dict]:
 
 
 def write_results(records: list[dict], out: Path) -> None:
-    from ttt.pipeline import atomic_write_text
+    from ttt.storage import atomic_write_text, dumps
 
-    atomic_write_text(out / "results.json", json.dumps(dict(rows=rows(records), records=records), indent=1))
+    atomic_write_text(out / "results.json", dumps(dict(rows=rows(records), records=records), indent=1))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
@@ -292,14 +292,13 @@ def plot_selection(fig_npz: Path, path: Path, title: str) -> None:
 
 def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: Path | None = None) -> Path:
     """Rebuild report.md and plots/ of a pipeline output directory from its saved results."""
-    from ttt.pipeline import atomic_write_text
+    from ttt.storage import atomic_write_text, writable_dir
 
     run_dir = Path(run_dir)
     out = run_dir if out is None else Path(out)
     doc = load_results(run_dir)
     rs = rows(doc["records"])
-    plots = out / "plots"
-    plots.mkdir(parents=True, exist_ok=True)
+    plots = writable_dir(out / "plots", "the report's plots directory")
     meta_p = run_dir / "pipeline.json"
     meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
     profiles = sorted({str(r["profile"]) for r in rs})
@@ -353,14 +352,14 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
 
 def combine(run_dirs: list[str | Path], out: Path, echo: Callable[[str], None] = print) -> Path:
     """One report over several pipeline output directories."""
-    from ttt.pipeline import atomic_write_text
+    from ttt.storage import atomic_write_text, writable_dir
 
     records, names = [], []
     for d in run_dirs:
         doc = load_results(d)
         records += doc["records"]
         names.append(Path(d).name)
-    out.mkdir(parents=True, exist_ok=True)
+    writable_dir(out, "--out")
     write_results(records, out)
     atomic_write_text(out / "pipeline.json", json.dumps(dict(name=" + ".join(names), description="")))
     return write_report(out, echo=echo)
