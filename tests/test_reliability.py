@@ -381,3 +381,41 @@ def test_unwritable_out_cache_and_report_out(piped, capsys):
     assert rc == 2 and "--cache" in one_line_error(err) and "is a file" in err
     rc, _, err = run(["report", str(tmp / "out"), str(tmp / "out"), "--out", str(f / "r")], capsys)
     assert rc == 2 and "--out" in one_line_error(err)
+
+
+# ---------------------------------------------------------------------------------------------------- row 2
+
+
+def _cli(*args):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys; from ttt.cli import main; sys.exit(main(sys.argv[1:]))"
+    repo = Path(__file__).resolve().parent.parent
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_stops_pretraining_at_once_and_a_rerun_resumes(trained, tmp_path, sig, code):
+    import signal
+    import time
+
+    d, _ = trained
+    ck = tmp_path / "ck"
+    p = _cli(*pretrain_args(d, ck, 10**7)[:-6], "--chunk", "200")  # 256x2 networks: a chunk takes seconds
+    t0 = time.time()
+    while not (ck / "meta.json").exists():
+        assert p.poll() is None and time.time() - t0 < 120, p.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)
+    p.send_signal(getattr(signal, sig))
+    t1 = time.time()
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == code and time.time() - t1 < 10, (p.returncode, err)
+    assert f"interrupted ({sig}): finished work is saved" in err and "Traceback" not in err, err
+    step = json.loads((ck / "meta.json").read_text())["step"]
+    rc = main([*pretrain_args(d, ck, step + 2)[:-6], "--chunk", "2"])
+    assert rc == 0 and json.loads((ck / "meta.json").read_text())["step"] == step + 2

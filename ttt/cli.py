@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -788,8 +789,68 @@ def _init_distributed() -> None:
     jax.distributed.initialize(coordinator_address=addr, num_processes=n, process_id=i)
 
 
+def _stop_on_signals() -> Callable[[], None] | None:
+    """SIGINT / SIGTERM stop the command within a moment, whatever it is doing, with a one-line message and exit
+    status 128 + the signal (130, 143).
+
+    Why not Python's KeyboardInterrupt: while a compiled program runs (a TTT batch, a pre-training chunk), the main
+    thread is inside XLA and Python's handler runs only when the call returns (minutes later), and an exception
+    raised then in the middle of JAX's runtime can crash the process (exit 139). Instead the signal's number goes to a
+    wakeup socket that a watcher thread reads: it prints the message, ends worker processes and exits at once.
+    Nothing finished is lost because every artifact is written atomically when it is finished (data blocks,
+    checkpoints per chunk, evaluation tasks and variants, results after every row), so a rerun resumes.
+    Returns a function that restores the previous handlers (None outside the main thread)."""
+    import os
+    import signal
+    import socket
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    r, w = socket.socketpair()
+    w.setblocking(False)
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+    old = {sig: signal.signal(sig, lambda *_: None) for sig in wanted}
+
+    def watch():
+        while True:
+            try:
+                data = r.recv(1)
+            except OSError:
+                return
+            if not data:
+                return
+            if data[0] in wanted:
+                break
+        import multiprocessing
+
+        name = signal.Signals(data[0]).name
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os.write(2, f"\ninterrupted ({name}): finished work is saved; rerun the same command to resume\n".encode())
+        for child in multiprocessing.active_children():
+            child.terminate()
+        os._exit(128 + data[0])
+
+    threading.Thread(target=watch, name="ttt-signal-watcher", daemon=True).start()
+
+    def restore():
+        signal.set_wakeup_fd(old_fd)
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        w.close()
+        r.close()
+
+    return restore
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit status 2 (no traceback)."""
+    restore = _stop_on_signals()
     try:
         _init_distributed()
         rv = cli.main(args=argv, prog_name="ttt", standalone_mode=False)
@@ -802,6 +863,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as e:
         e.show()
         return e.exit_code
+    finally:
+        if restore is not None:
+            restore()
     return rv if isinstance(rv, int) else 0
 
 

@@ -411,6 +411,13 @@ def _flip_stats(spec: DatasetSpec, arrays: dict) -> dict:
     return dict(flipped_episodes=int(flipped.any(1).sum()), flipped_rows_fraction=float(flipped.mean()))
 
 
+def _worker_init() -> None:
+    """Workers leave SIGINT to the parent (which ends them), so Ctrl-C prints no traceback per worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_jobs(jobs: list, workers: int | None) -> Iterator:
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
     if workers == 1:
@@ -418,5 +425,5 @@ def _run_jobs(jobs: list, workers: int | None) -> Iterator:
             yield _block_job(job)
         return
     ctx = mp.get_context("spawn")
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=_worker_init) as pool:
         yield from pool.imap_unordered(_block_job, jobs)
