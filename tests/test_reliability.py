@@ -419,3 +419,27 @@ def test_a_signal_stops_pretraining_at_once_and_a_rerun_resumes(trained, tmp_pat
     step = json.loads((ck / "meta.json").read_text())["step"]
     rc = main([*pretrain_args(d, ck, step + 2)[:-6], "--chunk", "2"])
     assert rc == 0 and json.loads((ck / "meta.json").read_text())["step"] == step + 2
+
+
+# ------------------------------------------------------------------------------------------- small user items
+
+
+def test_figure_two_shows_a_success_and_a_failure_side_by_side(tmp_path):
+    from ttt.report import plot_selection, selection_figures
+
+    figs = tmp_path / "figures"
+    figs.mkdir()
+    for kind, ok, ep in (("failure", 0.0, 3), ("success", 1.0, 0)):
+        np.savez(figs / f"mc.{kind}.npz", traj=np.zeros((5, 2)), goal=np.ones(2), success=np.float32(ok),
+                 episode=np.int32(ep), K=np.int32(100), round_start=np.zeros((2, 2)), n_selected=np.array([3, 4]),
+                 n_selected_recorded=np.array([3, 4]), seg_xy=np.zeros((4, 2)), seg_len=np.array([2, 2]),
+                 seg_round=np.array([0, 1]), walls=np.array([[4.0, 4.0]]), maze_unit=np.float32(4.0),
+                 bg_xy=np.zeros((3, 2)), bg_len=np.array([3]))  # fmt: skip
+    groups = selection_figures(figs)
+    assert list(groups) == ["mc"] and [p.name for p in groups["mc"]] == ["mc.success.npz", "mc.failure.npz"]
+    import matplotlib.image as mpimg
+
+    plot_selection(groups["mc"], tmp_path / "two.png", "mc")
+    plot_selection(groups["mc"][:1], tmp_path / "one.png", "mc")
+    w2, w1 = mpimg.imread(tmp_path / "two.png").shape[1], mpimg.imread(tmp_path / "one.png").shape[1]
+    assert w2 > 1.8 * w1  # two panels

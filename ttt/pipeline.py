@@ -465,8 +465,20 @@ def _env_id(run: dict) -> str:
 
 
 def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_segments: int = 150) -> None:
-    """The data selected in each round of one episode (seed 0, first task, episode 0), recomputed with the
-    episode's own keys and checked against the round metrics the episode recorded, plus the maze walls."""
+    """The data selected in each round of two episodes of seed 0 on the first task, its first success and its
+    first failure (where it has them), side by side in the report: `PATH.success.npz` and `PATH.failure.npz`
+    (`path` names `figures/NAME.npz`). Each is recomputed with the episode's own keys and checked against the
+    round metrics the episode recorded, plus the maze walls."""
+    for old in (path, path.with_suffix(".success.npz"), path.with_suffix(".failure.npz")):
+        old.unlink(missing_ok=True)
+    for outcome, hit in (("success", True), ("failure", False)):
+        eps = np.flatnonzero((res.success[0, 0] > 0) == hit)
+        if len(eps):
+            _save_episode_selection(run, setup, agents, data, res, int(eps[0]),
+                                    path.with_suffix(f".{outcome}.npz"), max_segments)  # fmt: skip
+
+
+def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: Path, max_segments: int) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -477,8 +489,6 @@ def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_s
     prepare, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, ttt, setup.transforms)
     agent0 = jax.tree.map(lambda x: x[0] if hasattr(x, "shape") and x.ndim > 0 else x, agents)
     n_seeds, _, n_eps = res.success.shape
-    ok = np.flatnonzero(res.success[0, 0] > 0)
-    e = int(ok[0]) if len(ok) else 0  # seed 0's first successful episode of the task (else its first)
     eb = episode_batch(run["eval_seed"], n_seeds, (run["tasks"][0],), n_eps)
     ttt_key = eb.ttt_keys[e * n_seeds]  # the grid is episode-major, seed fastest
     start, goal = jnp.asarray(res.starts[0, 0, e]), jnp.asarray(res.goals[0, 0, e])
