@@ -832,8 +832,17 @@ def _stop_on_signals() -> Callable[[], None] | None:
             except Exception:  # noqa: BLE001
                 pass
         os.write(2, f"\ninterrupted ({name}): finished work is saved; rerun the same command to resume\n".encode())
-        for child in multiprocessing.active_children():
-            child.terminate()
+
+        def cleanup():  # worker processes, then the pools' and semaphores' finalizers (as at a normal exit)
+            from multiprocessing import util
+
+            for child in multiprocessing.active_children():
+                child.terminate()
+            util._run_finalizers(0)
+
+        t = threading.Thread(target=cleanup, daemon=True)
+        t.start()
+        t.join(timeout=3.0)
         os._exit(128 + data[0])
 
     threading.Thread(target=watch, name="ttt-signal-watcher", daemon=True).start()

@@ -367,7 +367,7 @@ def _non_finite_message(finite: np.ndarray, names: list[str], done: int, out: Pa
     t = int(np.flatnonzero(bad.any(axis=(0, 2)))[0])
     s = int(np.flatnonzero(bad[:, t].any(axis=1))[0])
     terms = [n for n, b in zip(names, bad[s, t], strict=True) if b]
-    losses = [n for n in terms if n == "loss" or n.endswith("_loss")] or terms
+    parts = [n for n in terms if n.endswith("_loss")] or terms  # a loss term first
     kept = (
         f"the last good checkpoint (step {done}) is kept in {out}"
         if done > 0
@@ -375,4 +375,7 @@ def _non_finite_message(finite: np.ndarray, names: list[str], done: int, out: Pa
     )
     lr = getattr(cfg, "lr", None)
     hint = f"; try a lower lr (now {lr:g})" if lr is not None else ""
-    return f"non-finite {', '.join(losses)} at step {done + t + 1} (seed {s}){hint}; stopped, {kept}"
+    return (
+        f"non-finite {parts[0]} at step {done + t + 1} (seed {s}; non-finite there: {', '.join(terms)}){hint}; "
+        f"stopped, {kept}"
+    )
