@@ -443,3 +443,28 @@ def test_figure_two_shows_a_success_and_a_failure_side_by_side(tmp_path):
     plot_selection(groups["mc"][:1], tmp_path / "one.png", "mc")
     w2, w1 = mpimg.imread(tmp_path / "two.png").shape[1], mpimg.imread(tmp_path / "one.png").shape[1]
     assert w2 > 1.8 * w1  # two panels
+
+
+def test_generate_rerun_after_the_files_were_written(tmp_path, monkeypatch):
+    # Killed between writing the training file and the validation file: the rerun finishes the job.
+    real = gen.atomic_save_npz
+
+    def die_at_val(path, arrays, compress=True):
+        if path.name.endswith("-val.npz"):
+            raise KeyboardInterrupt
+        real(path, arrays, compress)
+
+    monkeypatch.setattr(gen, "atomic_save_npz", die_at_val)
+    with pytest.raises(KeyboardInterrupt):
+        gen.generate(STITCH, episodes=2, seed=0, directory=tmp_path, workers=1)
+    monkeypatch.setattr(gen, "atomic_save_npz", real)
+    assert (tmp_path / f"{STITCH}.npz").exists() and not (tmp_path / f"{STITCH}-val.npz").exists()
+    gen.generate(STITCH, episodes=2, seed=0, directory=tmp_path, workers=1)
+    # And a rerun of the finished command does nothing (same plan); another plan still refuses to overwrite.
+    mtime = (tmp_path / f"{STITCH}.npz").stat().st_mtime_ns
+    gen.generate(STITCH, episodes=2, seed=0, directory=tmp_path, workers=1)
+    assert (tmp_path / f"{STITCH}.npz").stat().st_mtime_ns == mtime
+    from ttt.errors import TttError
+
+    with pytest.raises(TttError, match="already exists; pass --force"):
+        gen.generate(STITCH, episodes=2, seed=1, directory=tmp_path, workers=1)

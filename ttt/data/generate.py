@@ -287,8 +287,6 @@ def generate(
     out_dir = resolve_dir(directory, create_default=True, writable=True)
     train_path, val_path = out_dir / f"{name}.npz", out_dir / f"{name}-val.npz"
     existing = [p for p in (train_path, val_path) if p.exists()]
-    if existing and not force:
-        raise TttError(f"{existing[0]} already exists; pass --force to overwrite it")
 
     policy, expert_digest = None, None
     if spec.needs_expert:
@@ -307,6 +305,10 @@ def generate(
 
     plan = GenerationPlan(spec, episodes, seed, noise, expert_digest)
     cache = out_dir / f".{name}.partial-{plan.fingerprint()}"
+    if existing and not force and not cache.exists():  # (with the plan's partial folder: its own unfinished output)
+        if _generated_by(plan, train_path, val_path):
+            return train_path, val_path  # a rerun after the files were written: nothing to do
+        raise TttError(f"{existing[0]} already exists; pass --force to overwrite it")
     if force:  # start over: finished blocks of an earlier run are not reused either
         shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(exist_ok=True)
@@ -365,6 +367,21 @@ def generate(
         paths.append(path)
     shutil.rmtree(cache, ignore_errors=True)
     return paths[0], paths[1]
+
+
+def _generated_by(plan: GenerationPlan, train_path: Path, val_path: Path) -> bool:
+    """Whether both files exist and their sidecars say this plan made them (episodes, seed, noise, expert)."""
+    for split, path in ((0, train_path), (1, val_path)):
+        try:
+            meta = json.loads(path.with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            return False
+        want = dict(seed=plan.seed, noise=plan.noise, episodes=plan.val_episodes if split else plan.episodes)
+        if not path.exists() or any(meta.get(k) != v for k, v in want.items()):
+            return False
+        if meta.get("expert_sha256") != plan.expert:
+            return False
+    return True
 
 
 def _block_ok(path: Path) -> bool:
