@@ -192,7 +192,9 @@ def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool,
             f"{run['seeds']} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
         )
     cfg, sampler = train_configs(run)
-    echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}")
+    at = read_meta(out).get("step", 0) if (out / "meta.json").exists() else 0
+    resuming = f" (resuming at step {at})" if at else ""
+    echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}{resuming}")
     with bar(f"pretrain {run['agent']}", "steps") as b:
         pretrain(
             run["agent"],
