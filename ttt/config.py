@@ -281,12 +281,24 @@ def _check_combination(r: dict, where: str) -> None:
     if r["rule"] != "paper" and (r["H"] is not None or r["noise_alpha"] > 0 or r["selection"] != "both"):
         raise TttError(f"{where}: H, noise_alpha and selection ablations apply to rule 'paper', got rule "
                        f"{r['rule']!r}")  # fmt: skip
+    if r["driver"] == "compiled":
+        from ttt.data.specs import get_spec
+        from ttt.envs import has_jax_env
+
+        env_id = get_spec(r["dataset"]).env_id
+        if not has_jax_env(env_id):
+            raise TttError(
+                f"{where}: driver = 'compiled': {env_id} has no in-program environment; use 'host' or 'auto'"
+            )
+    _check_backend(r, where)
+
+
+def _check_backend(r: dict, where: str) -> None:
+    """backend = 'mjx' is the compiled driver's physics: refuse it where the run uses the host driver."""
     from ttt.data.specs import get_spec
     from ttt.envs import has_jax_env
 
     env_id = get_spec(r["dataset"]).env_id
-    if r["driver"] == "compiled" and not has_jax_env(env_id):
-        raise TttError(f"{where}: driver = 'compiled': {env_id} has no in-program environment; use 'host' or 'auto'")
     host = r["driver"] == "host" or (r["driver"] == "auto" and not has_jax_env(env_id))
     if r["backend"] == "mjx" and host:
         raise TttError(
