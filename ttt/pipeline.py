@@ -184,7 +184,7 @@ def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool,
         except TttError as e:  # a cache entry: report it and train it again
             import shutil
 
-            echo(f"  pretrain: cached checkpoint is corrupt ({e}); training it again")
+            echo(f"  pretrain: cached checkpoint is corrupt ({str(e).split('; delete')[0]}); training it again")
             shutil.rmtree(out)
     if not train:
         raise TttError(
