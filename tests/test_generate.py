@@ -133,7 +133,11 @@ def test_refuses_to_overwrite(nav10):
     from ttt.errors import TttError
 
     with pytest.raises(TttError, match="already exists; pass --force"):
-        gen.generate(NAV, episodes=10, seed=3, directory=nav10)
+        gen.generate(NAV, episodes=10, seed=4, directory=nav10)
+    # The same plan again (a rerun of a finished command) leaves the files as they are.
+    mtime = (nav10 / f"{NAV}.npz").stat().st_mtime_ns
+    gen.generate(NAV, episodes=10, seed=3, directory=nav10)
+    assert (nav10 / f"{NAV}.npz").stat().st_mtime_ns == mtime
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -125,7 +126,7 @@ def _dataset_name(ctx, param, value):
     "directory",
     type=str,
     default=None,
-    help="Output directory (must exist). Default: OGBench's ~/.ogbench/data.",
+    help="Output directory (created when missing). Default: OGBench's ~/.ogbench/data.",
 )
 @click.option("--workers", type=int, default=None, help="Worker processes (default: all cores).")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
@@ -331,12 +332,23 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
     steps = prof.steps if steps is None else steps
     if steps < 1 or seeds < 1 or chunk < 1:
         raise TttError(f"--steps, --seeds and --chunk must be >= 1, got {steps}, {seeds}, {chunk}")
+    if seed < 0:
+        raise TttError(f"--seed must be >= 0, got {seed}")
     cfg, sampler = make_configs(agent, get_spec(dataset), profile, _parse_sets(sets))
+    from ttt.storage import writable_dir
+
+    writable_dir(out, "--out")
     data = load(dataset, directory)
     click.echo(
         f"{agent} on {dataset} ({data.n_rows} rows), profile {profile}: {prof.description}; "
         f"{seeds} seed(s), {steps} steps -> {out}"
     )
+    if (Path(out) / "meta.json").exists():
+        from ttt.pretrain import read_meta
+
+        at = read_meta(out).get("step", 0)
+        if at < steps:
+            click.echo(f"resuming at step {at} of {steps} from {out}")
     bar = _EpisodeBar(f"pretrain {agent}", unit="steps")
 
     def progress(done, total, means, rate):
@@ -362,9 +374,11 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
             profile=profile,
             progress=progress,
         )
-    click.echo(
-        f"saved {out} at step {result.meta['step']}; {result.steps_per_s:.1f} steps/s ({seeds} seed(s) per step)"
-    )
+    if not result.history:
+        click.echo(f"{out} is already at step {result.meta['step']}: nothing to train")
+        return
+    rate = "" if result.steps_per_s != result.steps_per_s else f"; {result.steps_per_s:.1f} steps/s"
+    click.echo(f"saved {out} at step {result.meta['step']}{rate} ({seeds} seed(s) per step)")
 
 
 VARIANTS = ("base", "ttt", "ttt-mc")
@@ -466,7 +480,6 @@ def eval_cmd(
     reuse_adam,
 ):
     """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
-    import json
 
     from ttt.data.files import load
     from ttt.data.specs import get_spec
@@ -496,10 +509,23 @@ def eval_cmd(
     bad_tasks = [t for t in task_ids if not 1 <= t <= 5]
     if bad_tasks:
         raise TttError(f"--tasks: task {bad_tasks[0]} does not exist in {spec.env_id}; valid: 1..5")
+    if len(set(task_ids)) != len(task_ids):
+        raise TttError(f"--tasks must be distinct task ids in 1..5, got '{tasks}'")
+    if seed < 0:
+        raise TttError(f"--seed must be >= 0, got {seed}")
     if driver == "auto":
         driver = "compiled" if has_jax_env(spec.env_id) else "host"
     elif driver == "compiled" and not has_jax_env(spec.env_id):
         raise TttError(f"--driver compiled: {spec.env_id} has no in-program environment; use --driver host")
+    if backend == "mjx" and driver == "host":
+        raise TttError(
+            f"--backend mjx is the physics of the compiled driver; {spec.env_id} runs on the host driver "
+            "(OGBench's gym env, C MuJoCo): leave out --backend or use --backend mujoco"
+        )
+    if json_out:
+        from ttt.storage import writable_file
+
+        writable_file(json_out, "--json")
     from ttt.agents import get_backbone
     from ttt.pretrain import backbone_config
 
@@ -526,8 +552,40 @@ def eval_cmd(
     data = load(dataset, directory)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
     states, meta = load_checkpoint(checkpoint, meta)
-    results = {}
+    import jax
+
+    from ttt.storage import atomic_write_json, read_json
+
+    writer = bool(json_out) and jax.process_index() == 0  # one writer in a multi-process run
+    doc = dict(
+        checkpoint=str(checkpoint),
+        agent=meta["agent"],
+        dataset=dataset,
+        step=meta["step"],
+        profile=meta.get("profile"),
+        tasks=list(task_ids),
+        episodes=episodes,
+        seed=seed,
+        driver=driver,
+        backend=backend,
+        variants={},
+    )
+    # The key of a variant's result: the checkpoint's content and every setting that changes it. A rerun with the
+    # same --json keeps the variants it finished (an interrupted evaluation resumes at the next variant).
+    from ttt.pipeline import _digest
+
+    ck = dict(state=meta.get("state_sha256") or meta["state_file"], step=meta["step"], data=meta["dataset_hash"])
+    old = read_json(json_out) if json_out else None
+    old_variants = old.get("variants", {}) if isinstance(old, dict) and isinstance(old.get("variants"), dict) else {}
     for name, setup in setups.items():
+        vkey = _digest(dict(checkpoint=ck, variant=name, tasks=task_ids, episodes=episodes, seed=seed, driver=driver,
+                            backend=backend, ttt=_ttt_doc(setup)))  # fmt: skip
+        prev = old_variants.get(name)
+        if isinstance(prev, dict) and prev.get("key") == vkey and "success" in prev:
+            doc["variants"][name] = prev
+            click.echo(f"{name}: kept from {json_out} (same checkpoint and settings)")
+            _echo_variant(name, prev, meta, dataset, task_ids, episodes, driver)
+            continue
         with _EpisodeBar(f"{name} {meta['agent']}") as bar:
             res = evaluate(
                 setup,
@@ -541,42 +599,48 @@ def eval_cmd(
                 batch_size=chunk,
                 progress=bar,
             )
-        results[name] = res
-        mean, se = res.mean_and_se()
-        n_ep = res.success.size
-        click.echo(
-            f"{name}: {meta['agent']} on {dataset} (step {meta['step']}, {meta['seeds']} seeds x "
-            f"{len(task_ids)} tasks x {episodes} episodes, {driver}): success {mean:.3f} +- {se:.3f} (s.e. over "
-            f"seeds); {n_ep / res.wall_s:.2f} episodes/s"
-        )
-        per_task = zip(task_ids, res.per_task(), strict=True)
-        click.echo("  per task: " + ", ".join(f"task{t} {r:.2f}" for t, r in per_task))
-        click.echo("  per seed: " + ", ".join(f"{r:.2f}" for r in res.per_seed()))
-    import jax
+        doc["variants"][name] = dict(_result_doc(res, setup), key=vkey)
+        _echo_variant(name, doc["variants"][name], meta, dataset, task_ids, episodes, driver)
+        if writer:  # after every variant: an interrupted evaluation keeps the finished ones
+            atomic_write_json(json_out, _flat(doc))
+    if writer:
+        atomic_write_json(json_out, _flat(doc))
 
-    if json_out and jax.process_index() == 0:  # one writer in a multi-process run
-        from pathlib import Path
 
-        from ttt.pretrain import _atomic_write
+def _flat(doc: dict) -> dict:
+    """Single-variant runs keep the flat layout of the base evaluation too."""
+    doc = dict(doc)
+    if len(doc["variants"]) == 1:
+        only = next(iter(doc["variants"].values()))
+        doc.update({k: only[k] for k in ("mean", "se", "success", "steps")})
+    return doc
 
-        doc = dict(
-            checkpoint=str(checkpoint),
-            agent=meta["agent"],
-            dataset=dataset,
-            step=meta["step"],
-            profile=meta.get("profile"),
-            tasks=list(task_ids),
-            episodes=episodes,
-            seed=seed,
-            driver=driver,
-            backend=backend,
-            variants={name: _result_doc(res, setups[name]) for name, res in results.items()},
-        )
-        # Single-variant runs keep the flat layout of the base evaluation too.
-        if len(results) == 1:
-            only = next(iter(doc["variants"].values()))
-            doc.update({k: only[k] for k in ("mean", "se", "success", "steps")})
-        _atomic_write(Path(json_out), lambda f: f.write(json.dumps(doc, indent=1)), mode="w")
+
+def _echo_variant(name, vd, meta, dataset, task_ids, episodes, driver) -> None:
+    import numpy as np
+
+    success = np.asarray(vd["success"], float)
+    per_seed = success.mean(axis=(1, 2))
+    se = vd["se"] if vd["se"] is not None else float("nan")
+    rate = f"; {success.size / vd['wall_s']:.2f} episodes/s" if vd.get("wall_s") else ""
+    click.echo(
+        f"{name}: {meta['agent']} on {dataset} (step {meta['step']}, {meta['seeds']} seeds x "
+        f"{len(task_ids)} tasks x {episodes} episodes, {driver}): success {vd['mean']:.3f} +- {se:.3f} (s.e. over "
+        f"seeds){rate}"
+    )
+    per_task = zip(task_ids, success.mean(axis=(0, 2)), strict=True)
+    click.echo("  per task: " + ", ".join(f"task{t} {r:.2f}" for t, r in per_task))
+    click.echo("  per seed: " + ", ".join(f"{r:.2f}" for r in per_seed))
+
+
+def _ttt_doc(setup) -> dict | None:
+    import dataclasses as dc
+
+    if setup.ttt is None:
+        return None
+    doc = json.loads(json.dumps(dc.asdict(setup.ttt), default=str))
+    doc["select"]["rule_used"] = setup.ttt.select.rule_used  # rule None: the mode's default
+    return doc
 
 
 def _make_setup(name, meta, cfg, sampler, spec, max_steps, driver, backend, kw):
@@ -638,14 +702,11 @@ def _make_setup(name, meta, cfg, sampler, spec, max_steps, driver, backend, kw):
 
 
 def _result_doc(res, setup) -> dict:
-    import dataclasses as dc
-
     mean, se = res.mean_and_se()
     doc = dict(mean=mean, se=se, success=res.success.tolist(), steps=res.steps.tolist(), wall_s=res.wall_s)
     doc["episodes_per_s"] = res.success.size / res.wall_s if res.wall_s else None
     if setup.ttt is not None:
-        doc["ttt"] = json.loads(json.dumps(dc.asdict(setup.ttt), default=str))
-        doc["ttt"]["select"]["rule_used"] = setup.ttt.select.rule_used  # rule None: the mode's default
+        doc["ttt"] = _ttt_doc(setup)
         doc["rounds"] = {k: v.tolist() for k, v in (res.rounds or {}).items()}
     return doc
 
@@ -663,13 +724,16 @@ def _result_doc(res, setup) -> dict:
 def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
     """Run a pipeline (a name in pipelines/ or a .toml path): data, pre-training, evaluation, report."""
     from ttt.config import find_pipeline, load_pipeline, parse_sets, select_runs
-    from ttt.pipeline import cache_root, run_pipeline
+    from ttt.pipeline import cache_root, run_pipeline, validate_run
 
-    pipe = select_runs(load_pipeline(find_pipeline(pipeline), parse_sets(sets)), only)
+    full = load_pipeline(find_pipeline(pipeline), parse_sets(sets))
+    pipe = select_runs(full, only)
     out = out or f"runs/{pipe.name}"
     stage_list = tuple(s.strip() for s in stages.split(",") if s.strip())
     click.echo(f"pipeline {pipe.name}: {len(pipe.runs)} runs -> {out} (cache {cache_root(cache)})")
     if dry_run:
+        for r in pipe.runs:
+            validate_run(r)
         for r in pipe.runs:
             tt = "" if r["variant"] == "base" else f" lr {r['lr']:g} N {r['N']} K {r['K']} q {r['q']:g}"
             click.echo(
@@ -677,7 +741,15 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
                 f"{r['episodes']} episodes x {len(r['tasks'])} tasks){tt}"
             )
         return
-    result = run_pipeline(pipe, out, cache, stage_list, bar=lambda desc, unit: _EpisodeBar(desc, unit), echo=click.echo)
+    result = run_pipeline(
+        pipe,
+        out,
+        cache,
+        stage_list,
+        bar=lambda desc, unit: _EpisodeBar(desc, unit),
+        echo=click.echo,
+        all_names=[r["name"] for r in full.runs],
+    )
     click.echo(f"done in {result.wall_s:.0f} s: {out}/results.json, results.csv, report.md, plots/")
 
 
@@ -721,8 +793,77 @@ def _init_distributed() -> None:
     jax.distributed.initialize(coordinator_address=addr, num_processes=n, process_id=i)
 
 
+def _stop_on_signals() -> Callable[[], None] | None:
+    """SIGINT / SIGTERM stop the command within a moment, whatever it is doing, with a one-line message and exit
+    status 128 + the signal (130, 143).
+
+    Why not Python's KeyboardInterrupt: while a compiled program runs (a TTT batch, a pre-training chunk), the main
+    thread is inside XLA and Python's handler runs only when the call returns (minutes later), and an exception
+    raised then in the middle of JAX's runtime can crash the process (exit 139). Instead the signal's number goes to a
+    wakeup socket that a watcher thread reads: it prints the message, ends worker processes and exits at once.
+    Nothing finished is lost because every artifact is written atomically when it is finished (data blocks,
+    checkpoints per chunk, evaluation tasks and variants, results after every row), so a rerun resumes.
+    Returns a function that restores the previous handlers (None outside the main thread)."""
+    import os
+    import signal
+    import socket
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    r, w = socket.socketpair()
+    w.setblocking(False)
+    wanted = (signal.SIGINT, signal.SIGTERM)
+    old_fd = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+    old = {sig: signal.signal(sig, lambda *_: None) for sig in wanted}
+
+    def watch():
+        while True:
+            try:
+                data = r.recv(1)
+            except OSError:
+                return
+            if not data:
+                return
+            if data[0] in wanted:
+                break
+        import multiprocessing
+
+        name = signal.Signals(data[0]).name
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os.write(2, f"\ninterrupted ({name}): finished work is saved; rerun the same command to resume\n".encode())
+
+        def cleanup():  # worker processes, then the pools' and semaphores' finalizers (as at a normal exit)
+            from multiprocessing import util
+
+            for child in multiprocessing.active_children():
+                child.terminate()
+            util._run_finalizers(0)
+
+        t = threading.Thread(target=cleanup, daemon=True)
+        t.start()
+        t.join(timeout=3.0)
+        os._exit(128 + data[0])
+
+    threading.Thread(target=watch, name="ttt-signal-watcher", daemon=True).start()
+
+    def restore():
+        signal.set_wakeup_fd(old_fd)
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        w.close()
+        r.close()
+
+    return restore
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit status 2 (no traceback)."""
+    restore = _stop_on_signals()
     try:
         _init_distributed()
         rv = cli.main(args=argv, prog_name="ttt", standalone_mode=False)
@@ -735,6 +876,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as e:
         e.show()
         return e.exit_code
+    finally:
+        if restore is not None:
+            restore()
     return rv if isinstance(rv, int) else 0
 
 

@@ -82,7 +82,7 @@ RUN_KEYS: dict[str, Key] = {
     "paper_ref": Key("str", None, "where the paper's figure comes from (e.g. 'Table 1')", nullable=True),
     # Stage 1: data.
     "data_episodes": Key("int", None, "training episodes to generate (null: OGBench's full size)", True, None, *_pos),
-    "data_seed": Key("int", 0, "generation seed"),
+    "data_seed": Key("int", 0, "generation seed", False, None, *_nonneg),
     "data_dir": Key("str", None, "dataset directory (null: OGBench's for full size, else the cache)", nullable=True),
     "expert": Key("str", None, "antmaze: the ant expert that generates the data (`ttt expert train ant`'s "
                   "expert.pkl)", nullable=True),
@@ -90,7 +90,7 @@ RUN_KEYS: dict[str, Key] = {
     "profile": Key("str", "cpu", "network/batch/steps profile", choices=_profile_names),
     "steps": Key("int", None, "pre-training steps (null: the profile's)", True, None, *_pos),
     "seeds": Key("int", 3, "training seeds (one program trains all)", False, None, *_pos),
-    "train_seed": Key("int", 0, "root seed of pre-training"),
+    "train_seed": Key("int", 0, "root seed of pre-training", False, None, *_nonneg),
     "train_chunk": Key("int", 1000, "pre-training steps per compiled chunk / checkpoint", False, None, *_pos),
     "agent_config": Key("table", {}, "backbone config overrides, e.g. { actor_hidden_dims = [512, 512] }"),
     "checkpoint": Key("str", None, "use this checkpoint, not a pre-trained one (null: the cache's)", nullable=True),
@@ -98,7 +98,7 @@ RUN_KEYS: dict[str, Key] = {
     "episodes": Key("int", 10, "evaluation episodes per task and seed", False, None, *_pos),
     "tasks": Key("list[int]", [1, 2, 3, 4, 5], "evaluation tasks", check=lambda t: all(1 <= x <= 5 for x in t) and
                  len(t) > 0 and len(set(t)) == len(t), valid="distinct task ids in 1..5"),
-    "eval_seed": Key("int", 0, "evaluation seed (start/goal noise, TTT keys)"),
+    "eval_seed": Key("int", 0, "evaluation seed (start/goal noise, TTT keys)", False, None, *_nonneg),
     "K": Key("int", 100, "TTT period: environment steps per round", False, None, *_pos),
     "N": Key("int", 100, "fine-tuning steps per round", False, None, *_nonneg),
     "lr": Key("float", 3e-4, "fine-tuning learning rate", False, None, *_gt0),
@@ -164,6 +164,16 @@ def _kind_ok(kind: str, v: Any) -> bool:
     raise AssertionError(kind)
 
 
+_KIND_NAMES = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "list[int]": "a list of integers",
+    "table": "a table",
+}
+
+
 def _unknown(keys, valid, where: str) -> None:
     bad = sorted(set(keys) - set(valid))
     if bad:
@@ -176,9 +186,9 @@ def check_value(key: str, v: Any, where: str) -> Any:
     if v is None:
         if spec.nullable:
             return None
-        raise TttError(f"{where}: {key} must be a {spec.kind} ({spec.help}), got null")
+        raise TttError(f"{where}: {key} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got null")
     if not _kind_ok(spec.kind, v):
-        raise TttError(f"{where}: {key} must be a {spec.kind} ({spec.help}), got {json.dumps(v)}")
+        raise TttError(f"{where}: {key} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got {json.dumps(v)}")
     if spec.kind == "float":
         v = float(v)
     if spec.choices is not None:
@@ -282,6 +292,21 @@ def _check_combination(r: dict, where: str) -> None:
             raise TttError(
                 f"{where}: driver = 'compiled': {env_id} has no in-program environment; use 'host' or 'auto'"
             )
+    _check_backend(r, where)
+
+
+def _check_backend(r: dict, where: str) -> None:
+    """backend = 'mjx' is the compiled driver's physics: refuse it where the run uses the host driver."""
+    from ttt.data.specs import get_spec
+    from ttt.envs import has_jax_env
+
+    env_id = get_spec(r["dataset"]).env_id
+    host = r["driver"] == "host" or (r["driver"] == "auto" and not has_jax_env(env_id))
+    if r["backend"] == "mjx" and host:
+        raise TttError(
+            f"{where}: backend = 'mjx' is the physics of the compiled driver, but {env_id} runs on the host driver "
+            "here (OGBench's gym env, C MuJoCo); use backend = 'mujoco'"
+        )
 
 
 def effective_rule(r: dict) -> str:
@@ -295,10 +320,18 @@ def effective_rule(r: dict) -> str:
 def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:
     """Read and validate a pipeline file; `sets` (from `parse_sets`) override every run."""
     path = Path(path)
+    if path.is_dir():
+        raise TttError(
+            f"pipeline {path} is a directory; give a .toml file or a name ({', '.join(available_pipelines())})"
+        )
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TttError(f"pipeline file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise TttError(f"{path}: not a text file; a pipeline is a TOML file (see pipelines/quickstart.toml)") from None
+    except OSError as e:
+        raise TttError(f"pipeline file {path} cannot be read: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise TttError(f"{path}: not valid TOML: {e}") from None
     _unknown(doc, TOP_KEYS, str(path))
@@ -363,6 +396,10 @@ def find_pipeline(name_or_path: str) -> Path:
     if p.suffix == ".toml" or p.exists():
         if not p.exists():
             raise TttError(f"pipeline file {p} does not exist")
+        if p.is_dir():
+            raise TttError(
+                f"pipeline {p} is a directory; give a .toml file or a name ({', '.join(available_pipelines())})"
+            )
         return p
     for d in pipeline_dirs():
         if (d / f"{name_or_path}.toml").exists():

@@ -19,7 +19,6 @@ uninterrupted one, up to floating-point reduction order).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import pickle
 import tempfile
@@ -504,7 +503,10 @@ def evaluate_expert(
 
 
 def write_json(path: Path, doc: dict) -> None:
-    Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    """Atomically, as strictly valid JSON (non-finite numbers as null)."""
+    from ttt.storage import atomic_write_text, dumps
+
+    atomic_write_text(path, dumps(doc, indent=2) + "\n")
 
 
 def evaluate_expert_maze(

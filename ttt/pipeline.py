@@ -29,6 +29,7 @@ import numpy as np
 
 from ttt.config import EVAL_KEYS, Pipeline, effective_rule
 from ttt.errors import TttError
+from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json  # noqa: F401
 
 STAGES = ("data", "pretrain", "eval")
 Echo = Callable[[str], None]
@@ -43,21 +44,17 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def atomic_save_npz(path: Path, **arrays) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
+
+
+def _load_npz(path: Path) -> dict | None:
+    """A cached .npz's arrays, or None when it is truncated or corrupt (its zip checksums fail)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception:  # noqa: BLE001  (any failure to read a cache entry means: rebuild it)
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -83,8 +80,8 @@ def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: E
     npz, sidecar = d / f"{run['dataset']}.npz", d / f"{run['dataset']}.json"
     what = f"{run['dataset']} ({episodes} episodes, seed {run['data_seed']})"
     if npz.exists() and (d / f"{run['dataset']}-val.npz").exists():
-        if sidecar.exists():
-            meta = json.loads(sidecar.read_text())
+        meta = read_json(sidecar) if sidecar.exists() else None
+        if isinstance(meta, dict):  # a corrupt sidecar: loading reports it (and regenerates a cached dataset)
             if (meta.get("episodes"), meta.get("seed")) != (episodes, run["data_seed"]):
                 raise TttError(
                     f"{npz} holds {meta.get('episodes')} episodes of seed {meta.get('seed')}, but the run asks for "
@@ -177,15 +174,27 @@ def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool,
         meta = read_meta(out)
         check_compatible(meta, run["dataset"], data.obs_dim, data.action_dim, str(out), data_hash)
         return out
-    if (out / "meta.json").exists() and read_meta(out).get("step", 0) >= steps:
-        return out
+    if (out / "meta.json").exists():
+        from ttt.pretrain import verify_checkpoint
+
+        try:
+            verify_checkpoint(out)
+            if read_meta(out).get("step", 0) >= steps:
+                return out
+        except TttError as e:  # a cache entry: report it and train it again
+            import shutil
+
+            echo(f"  pretrain: cached checkpoint is corrupt ({str(e).split('; delete')[0]}); training it again")
+            shutil.rmtree(out)
     if not train:
         raise TttError(
             f"no checkpoint of {run['agent']} on {run['dataset']} ({run['profile']} profile, {steps} steps, "
             f"{run['seeds']} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
         )
     cfg, sampler = train_configs(run)
-    echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}")
+    at = read_meta(out).get("step", 0) if (out / "meta.json").exists() else 0
+    resuming = f" (resuming at step {at})" if at else ""
+    echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}{resuming}")
     with bar(f"pretrain {run['agent']}", "steps") as b:
         pretrain(
             run["agent"],
@@ -207,14 +216,26 @@ def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool,
 # ---------------------------------------------------------------------------------------------- evaluation
 
 
+BASE_EVAL_KEYS = ("episodes", "tasks", "eval_seed", "driver", "backend")  # all that a base row depends on
+
+
+def checkpoint_identity(ckpt: Path, meta: dict) -> dict:
+    """What a checkpoint is, by content: the sha256 of its state file (not its path: a moved run directory keeps
+    its evaluations), its step and the data it was trained on."""
+    from ttt.storage import file_sha256
+
+    state = meta.get("state_sha256") or file_sha256(Path(ckpt) / meta["state_file"])
+    return dict(state=state, step=meta["step"], dataset_hash=meta.get("dataset_hash"))
+
+
 def eval_key(run: dict, ckpt: Path) -> str:
+    """The evaluation's content key: the checkpoint's content and the settings the row depends on (a base row
+    does not depend on the TTT settings)."""
     from ttt.pretrain import read_meta
 
-    meta = read_meta(ckpt)
-    ck = dict(path=str(ckpt.resolve()), step=meta["step"], dataset_hash=meta.get("dataset_hash"))
-    return _digest(
-        dict(checkpoint=ck, variant=run["variant"], dataset=run["dataset"], **{k: run[k] for k in EVAL_KEYS})
-    )
+    ck = checkpoint_identity(ckpt, read_meta(ckpt))
+    keys = BASE_EVAL_KEYS if run["variant"] == "base" else EVAL_KEYS
+    return _digest(dict(checkpoint=ck, variant=run["variant"], dataset=run["dataset"], **{k: run[k] for k in keys}))
 
 
 def relevance_everywhere(tables, data, state_xy, cfg, goal_eps, row_values=None):
@@ -283,6 +304,38 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
     return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps, run["backend"], transforms)
 
 
+def validate_run(run: dict) -> None:
+    """Everything about a run that can be checked before any data or training: the backbone config overrides
+    (keys, types, ranges), and for TTT rows the period K against the episode length and the need for a value
+    function. `ttt run --dry-run` runs it on every run, and `ttt run` before the first stage."""
+    from ttt.agents import get_backbone
+    from ttt.data.specs import get_spec
+
+    where = f"run {run['name']}"
+    try:
+        cfg, _ = train_configs(run)
+    except TttError as e:
+        raise TttError(f"{where}: agent_config: {e}") from None
+    if run["variant"] == "base":
+        return
+    spec = get_spec(run["dataset"])
+    max_steps = env_max_steps(spec.env_id)
+    if not 1 <= run["K"] <= max_steps:
+        raise TttError(f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}")
+    backbone = get_backbone(get_agent_backbone(run["agent"]))
+    if (run["variant"] == "ttt" or run["relevance"] == "value") and not backbone.has_value(cfg):
+        raise TttError(f"{where}: variant {run['variant']} needs a value function, which {run['agent']} lacks; use "
+                       "variant ttt-mc with relevance 'distance'")  # fmt: skip
+    if run["batch"] is not None and run["batch"] < 1:
+        raise TttError(f"{where}: batch must be >= 1, got {run['batch']}")
+
+
+def get_agent_backbone(agent: str) -> str:
+    from ttt.presets import get_agent
+
+    return get_agent(agent).backbone
+
+
 def env_max_steps(env_id: str) -> int:
     import gymnasium
     import ogbench  # noqa: F401
@@ -313,7 +366,11 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
     key = eval_key(run, ckpt)
     record_path = out / "evals" / f"{run['name']}-{key}.json"
     if record_path.exists():
-        return json.loads(record_path.read_text())
+        record = read_json(record_path)
+        if isinstance(record, dict) and record.get("eval_key") == key and "mean" in record:
+            return record
+        echo(f"  eval: {record_path} is corrupt (truncated or not a record); evaluating {run['name']} again")
+        record_path.unlink()
     meta = read_meta(ckpt)
     setup = make_eval_setup(run, meta, env_max_steps(_env_id(run)))
     driver = run["driver"]
@@ -329,7 +386,11 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
         b(0, total)
         for t in run["tasks"]:
             f = partial / f"task{t}.npz"
-            if not f.exists():
+            part = _load_npz(f) if f.exists() else None
+            if f.exists() and part is None:
+                echo(f"  eval: {f} is corrupt (unreadable); evaluating task {t} again")
+                f.unlink()
+            if part is None:
                 res = evaluate(
                     setup,
                     states.agent,
@@ -352,7 +413,8 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
                 atomic_save_npz(f, **arrays)
                 if run["figure"] and t == run["tasks"][0] and setup.ttt is not None and "xy" in arrays:
                     save_selection_figure(run, setup, states.agent, data, res, out / "figures" / f"{run['name']}.npz")
-            per_task.append(dict(np.load(f)))
+                part = _load_npz(f)
+            per_task.append(part)
             done += meta["seeds"] * run["episodes"]
             b(done, total)
     cat = lambda k: np.concatenate([p[k] for p in per_task], axis=1)  # noqa: E731  (seeds, tasks, episodes, ...)
@@ -380,7 +442,7 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
     if "xy" in per_task[0]:
         atomic_save_npz(out / "trajectories" / f"{run['name']}.npz", xy=cat("xy"), start=cat("start_xy"),
                         goal=cat("goal_xy"), success=success, steps=cat("steps"))  # fmt: skip
-    atomic_write_text(record_path, json.dumps(record))
+    atomic_write_text(record_path, dumps(record))
     echo(
         f"  eval: {run['name']}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
         f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
@@ -406,8 +468,20 @@ def _env_id(run: dict) -> str:
 
 
 def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_segments: int = 150) -> None:
-    """The data selected in each round of one episode (seed 0, first task, episode 0), recomputed with the
-    episode's own keys and checked against the round metrics the episode recorded, plus the maze walls."""
+    """The data selected in each round of two episodes of seed 0 on the first task, its first success and its
+    first failure (where it has them), side by side in the report: `PATH.success.npz` and `PATH.failure.npz`
+    (`path` names `figures/NAME.npz`). Each is recomputed with the episode's own keys and checked against the
+    round metrics the episode recorded, plus the maze walls."""
+    for old in (path, path.with_suffix(".success.npz"), path.with_suffix(".failure.npz")):
+        old.unlink(missing_ok=True)
+    for outcome, hit in (("success", True), ("failure", False)):
+        eps = np.flatnonzero((res.success[0, 0] > 0) == hit)
+        if len(eps):
+            _save_episode_selection(run, setup, agents, data, res, int(eps[0]),
+                                    path.with_suffix(f".{outcome}.npz"), max_segments)  # fmt: skip
+
+
+def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: Path, max_segments: int) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -418,8 +492,6 @@ def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_s
     prepare, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, ttt, setup.transforms)
     agent0 = jax.tree.map(lambda x: x[0] if hasattr(x, "shape") and x.ndim > 0 else x, agents)
     n_seeds, _, n_eps = res.success.shape
-    ok = np.flatnonzero(res.success[0, 0] > 0)
-    e = int(ok[0]) if len(ok) else 0  # seed 0's first successful episode of the task (else its first)
     eb = episode_batch(run["eval_seed"], n_seeds, (run["tasks"][0],), n_eps)
     ttt_key = eb.ttt_keys[e * n_seeds]  # the grid is episode-major, seed fastest
     start, goal = jnp.asarray(res.starts[0, 0, e]), jnp.asarray(res.goals[0, 0, e])
@@ -501,19 +573,28 @@ def run_pipeline(
     stages: tuple[str, ...] = STAGES,
     bar: BarFactory | None = None,
     echo: Echo = print,
+    all_names: list[str] | None = None,
 ) -> RunOutcome:
-    """Run every run of `pipe` through the stages (cached / resumed), then write results and the report."""
-    from ttt.data.files import load
+    """Run every run of `pipe` through the stages (cached / resumed), then write results and the report.
+
+    `all_names`: the names of every run of the pipeline when `pipe` holds only some of them (`--only`): the rows of
+    the others already in `OUT/results.json` are kept there, in the pipeline's order."""
     from ttt.pretrain import dataset_hash
+    from ttt.storage import writable_dir
 
     bad = [s for s in stages if s not in STAGES]
     if bad:
         raise TttError(f"unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
+    for run in pipe.runs:  # every check that needs no data or training, before any stage starts
+        validate_run(run)
     bar = bar or _null_bar
-    out, cache = Path(out), cache_root(cache)
-    out.mkdir(parents=True, exist_ok=True)
+    out = writable_dir(out, "--out")
+    cache = cache_root(cache)
+    if "data" in stages or "pretrain" in stages:
+        writable_dir(cache, "--cache")
+    kept = _kept_records(out, pipe, all_names)
     doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
-    atomic_write_text(out / "pipeline.json", json.dumps(doc, indent=1))
+    atomic_write_text(out / "pipeline.json", dumps(doc, indent=1))
     t0 = time.perf_counter()
     datasets: dict[tuple, tuple] = {}
     envs = _Envs()
@@ -523,7 +604,7 @@ def run_pipeline(
         d = ensure_data(run, cache, "data" in stages, bar, echo)
         dkey = (str(d), run["dataset"])
         if dkey not in datasets:
-            data = load(run["dataset"], d)
+            data = _load_data(run, d, cache, "data" in stages, bar, echo)
             datasets[dkey] = (data, dataset_hash(data))
         data, dhash = datasets[dkey]
         ckpt = ensure_checkpoint(run, cache, data, dhash, "pretrain" in stages, bar, echo)
@@ -532,13 +613,57 @@ def run_pipeline(
         records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs))
         from ttt.report import write_results
 
-        write_results(records, out)  # after every run: an interrupted pipeline leaves its finished rows
+        # After every run: an interrupted pipeline leaves its finished rows (and the other rows kept).
+        write_results(_merge(records, kept, all_names), out)
     if "eval" in stages:
         from ttt.report import rows, table_md, write_report
 
         echo(table_md(rows(records)))
         write_report(out, echo=echo)
     return RunOutcome(records, out, time.perf_counter() - t0)
+
+
+def _kept_records(out: Path, pipe: Pipeline, all_names: list[str] | None) -> list[dict]:
+    """Records in `OUT/results.json` of runs of the pipeline that this invocation does not run (`--only`)."""
+    if not all_names:
+        return []
+    doc = read_json(out / "results.json")
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        return []
+    running = {r["name"] for r in pipe.runs}
+    names = set(all_names) - running
+    return [r for r in doc["records"] if isinstance(r, dict) and r.get("run", {}).get("name") in names]
+
+
+def _merge(records: list[dict], kept: list[dict], all_names: list[str] | None) -> list[dict]:
+    """This invocation's records and the kept ones, in the pipeline's order."""
+    if not kept:
+        return records
+    order = {n: i for i, n in enumerate(all_names or [])}
+    return sorted([*records, *kept], key=lambda r: order.get(r["run"]["name"], len(order)))
+
+
+def _load_data(run: dict, d: Path, cache: Path, generate: bool, bar: BarFactory, echo: Echo):
+    """Load the run's dataset; a corrupt copy in the cache (unreadable, or its checksum differs) is reported and
+    generated again. Datasets outside the cache (data_dir, OGBench's directory) are the user's: an error."""
+    from ttt.data.files import load
+
+    try:
+        return load(run["dataset"], d)
+    except TttError as e:
+        in_cache = run["data_dir"] is None and run["data_episodes"] is not None
+        if not (in_cache and generate):
+            raise
+        echo(f"  data: cached dataset is corrupt ({e}); generating it again")
+    from ttt.data.generate import generate as gen
+    from ttt.data.specs import get_spec
+
+    spec = get_spec(run["dataset"])
+    episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
+    with bar(f"generate {run['dataset']}", "episodes") as b:
+        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b, expert=run["expert"],
+            force=True)  # fmt: skip
+    return load(run["dataset"], d)
 
 
 class _null_bar:

@@ -98,6 +98,61 @@ def get_agent(name: str) -> AgentPreset:
     return preset
 
 
+# Ranges of backbone config fields (by name, over every backbone); fields not listed only have their type checked.
+_RANGES: dict[str, tuple[Any, str]] = {
+    "lr": (lambda x: x > 0, "> 0"),
+    "batch_size": (lambda x: x >= 1, ">= 1"),
+    "discount": (lambda x: 0 < x < 1, "in (0, 1)"),
+    "tau": (lambda x: 0 < x <= 1, "in (0, 1]"),
+    "expectile": (lambda x: 0 < x < 1, "in (0, 1)"),
+    "eps": (lambda x: x > 0, "> 0"),
+    "alpha": (lambda x: x >= 0, ">= 0"),
+    "awr_alpha": (lambda x: x >= 0, ">= 0"),
+    "kl_alpha": (lambda x: x >= 0, ">= 0"),
+    "low_alpha": (lambda x: x >= 0, ">= 0"),
+    "latent_dim": (lambda x: x >= 1, ">= 1"),
+    "dim_per_component": (lambda x: x >= 1, ">= 1"),
+    "rep_dim": (lambda x: x >= 1, ">= 1"),
+    "subgoal_steps": (lambda x: x >= 1, ">= 1"),
+}
+
+
+def check_config_value(backbone: str, key: str, kind: str, v: Any) -> Any:
+    """One backbone config override checked against its field's type (`float`, `int`, `bool`, `str`,
+    `tuple[int, ...]`) and range; returns it normalised (ints as floats, lists as tuples), else a one-line
+    TttError naming the key, what it got and what is valid."""
+    import math
+
+    def bad(valid: str):
+        raise TttError(f"{backbone} config key {key} must be {valid}, got {v!r}")
+
+    is_int = isinstance(v, int) and not isinstance(v, bool)
+    if kind == "float":
+        if not (is_int or isinstance(v, float)) or not math.isfinite(v):
+            bad("a finite number")
+        v = float(v)
+    elif kind == "int":
+        if not is_int:
+            bad("an integer")
+    elif kind == "bool":
+        if not isinstance(v, bool):
+            bad("true or false")
+    elif kind == "str":
+        if not isinstance(v, str):
+            bad("a string")
+    elif kind.startswith("tuple[int"):
+        if (
+            not isinstance(v, list | tuple)
+            or not v
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in v)
+        ):
+            bad("a non-empty list of layer widths >= 1, e.g. [256, 256]")
+        return tuple(v)
+    if key in _RANGES and not _RANGES[key][0](v):
+        bad(_RANGES[key][1])
+    return v
+
+
 def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[str, Any] | None = None):
     """The backbone `Config` and `SamplerConfig` for an agent preset on a dataset under a profile."""
     preset, prof = get_agent(agent), get_profile(profile)
@@ -117,7 +172,13 @@ def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[st
         raise TttError(
             f"unknown {preset.backbone} config key(s) {', '.join(unknown)}; valid: {', '.join(sorted(fields))}"
         )
-    cfg = backbone.Config(**values)
+    types = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
+    for k, v in (overrides or {}).items():
+        values[k] = check_config_value(preset.backbone, k, types[k], v)
+    try:
+        cfg = backbone.Config(**values)
+    except (TypeError, ValueError) as e:
+        raise TttError(f"{preset.backbone} config: {e}") from None
     actor_mix = GoalMix(0.0, 1.0, 0.0, False)
     if spec.kind == "stitch" and preset.stitch_actor_mix:
         actor_mix = GoalMix(0.0, 0.5, 0.5, False)

@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,7 @@ from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig, sample_rows
 from ttt.errors import TttError
+from ttt.storage import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256
 
 CKPT_FORMAT = 1
 
@@ -141,17 +141,15 @@ def dataset_hash(data: Dataset) -> str:
 
 
 def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    (atomic_write_bytes if "b" in mode else lambda p, w: atomic_write_text(p, _text_of(w)))(path, write)
+
+
+def _text_of(write: Callable[[Any], None]) -> str:
+    import io
+
+    buf = io.StringIO()
+    write(buf)
+    return buf.getvalue()
 
 
 def save_checkpoint(out: Path, states: TrainState, meta: dict) -> Path:
@@ -162,15 +160,16 @@ def save_checkpoint(out: Path, states: TrainState, meta: dict) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     step = int(np.asarray(states.step).reshape(-1)[0])
     name = f"state-{step:09d}.eqx"
-    _atomic_write(out / name, lambda f: eqx.tree_serialise_leaves(f, states))
+    atomic_write_bytes(out / name, lambda f: eqx.tree_serialise_leaves(f, states))
     meta = {
         **meta,
         "format": CKPT_FORMAT,
         "step": step,
         "state_file": name,
+        "state_sha256": file_sha256(out / name),
         "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    _atomic_write(out / "meta.json", lambda f: f.write(json.dumps(meta, indent=1)), mode="w")
+    atomic_write_json(out / "meta.json", meta)
     for old in out.glob("state-*.eqx"):
         if old.name != name:
             old.unlink(missing_ok=True)
@@ -217,12 +216,29 @@ def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[T
         keys
     )
     path = out / meta["state_file"]
+    verify_checkpoint(out, meta)
     try:
         with open(path, "rb") as f:
             states = eqx.tree_deserialise_leaves(f, template)
     except (OSError, ValueError, RuntimeError) as e:
         raise TttError(f"{path}: cannot read checkpoint state: {e}") from None
     return states, meta
+
+
+def verify_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> None:
+    """Raise TttError when the checkpoint's state file is missing or its sha256 differs from the one recorded at
+    save time (a truncated or altered file)."""
+    out = Path(out)
+    meta = read_meta(out) if meta is None else meta
+    path = out / meta["state_file"]
+    if not path.exists():
+        raise TttError(f"{path}: the checkpoint's state file is missing; delete {out} to train from scratch")
+    want = meta.get("state_sha256")
+    if want is not None and file_sha256(path) != want:
+        raise TttError(
+            f"{path}: corrupt checkpoint state (sha256 differs from the one saved in meta.json); delete {out} to "
+            "train from scratch"
+        )
 
 
 def check_compatible(meta: dict, dataset: str, obs_dim: int, action_dim: int, where: str, data_hash: str | None = None):
@@ -252,8 +268,9 @@ def check_compatible(meta: dict, dataset: str, obs_dim: int, action_dim: int, wh
 class PretrainResult:
     states: TrainState
     meta: dict
-    steps_per_s: float  # updates per second per seed, excluding the first (compiling) chunk
+    steps_per_s: float  # updates per second per seed, excluding the first (compiling) chunk; nan if none ran
     history: list[dict]
+    start_step: int = 0  # the step it resumed at (0: from scratch)
 
 
 def pretrain(
@@ -277,6 +294,8 @@ def pretrain(
     if steps < 1 or seeds < 1 or chunk_steps < 1:
         raise TttError(f"steps, seeds and chunk size must be >= 1, got {steps}, {seeds}, {chunk_steps}")
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise TttError(f"--out {out} is a file, not a directory; give a checkpoint directory (created when missing)")
     meta = dict(
         agent=agent,
         backbone=backbone_name,
@@ -301,13 +320,20 @@ def pretrain(
                     "use another --out or delete it"
                 )
         check_compatible(old, dataset, data.obs_dim, data.action_dim, str(out), dataset_hash(data))
+        if old["step"] > steps:
+            raise TttError(
+                f"{out} holds a checkpoint at step {old['step']}, past the {steps} steps asked for; ask for at least "
+                f"{old['step']} steps to continue it, or give another --out"
+            )
         states, _ = load_checkpoint(out, old)
     else:
+        from ttt.storage import writable_dir
+
+        writable_dir(out, "--out")
         init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys)
         states = eqx.filter_vmap(lambda k: init_state(k, backbone_name, data.obs_dim, data.action_dim, cfg))(init_keys)
-        out.mkdir(parents=True, exist_ok=True)
     names = metric_names(backbone_name, cfg, sampler, data.obs_dim, data.action_dim)
-    done = int(np.asarray(states.step)[0])
+    done = start = int(np.asarray(states.step)[0])
     history: list[dict] = []
     chunk_fns: dict[int, Callable] = {}
     rate_steps, rate_time = 0, 0.0
@@ -320,12 +346,7 @@ def pretrain(
         finite = np.asarray(summary["finite"])  # (seeds, n, terms)
         dt = time.perf_counter() - t0
         if not finite.all():
-            s, t, j = (int(x[0]) for x in np.nonzero(~finite))
-            bad_step = done + t + 1
-            raise TttError(
-                f"non-finite {names[j]} at step {bad_step} (seed {s}); stopped, the last good "
-                f"checkpoint (step {done}) is kept in {out}"
-            )
+            raise TttError(_non_finite_message(finite, names, done, out, cfg))
         states, done = new_states, done + n
         means = {k: float(np.mean(v)) for k, v in summary["mean"].items()}
         history.append({"step": done, **means})
@@ -337,4 +358,24 @@ def pretrain(
         if progress:
             progress(done, steps, means, rate)
     meta = read_meta(out) if (out / "meta.json").exists() else meta
-    return PretrainResult(states, meta, rate_steps / rate_time if rate_time else float("nan"), history)
+    return PretrainResult(states, meta, rate_steps / rate_time if rate_time else float("nan"), history, start)
+
+
+def _non_finite_message(finite: np.ndarray, names: list[str], done: int, out: Path, cfg) -> str:
+    """Name the first step that went non-finite, its seed, its non-finite loss terms, and what is kept."""
+    bad = ~finite  # (seeds, steps, terms)
+    t = int(np.flatnonzero(bad.any(axis=(0, 2)))[0])
+    s = int(np.flatnonzero(bad[:, t].any(axis=1))[0])
+    terms = [n for n, b in zip(names, bad[s, t], strict=True) if b]
+    parts = [n for n in terms if n.endswith("_loss")] or terms  # a loss term first
+    kept = (
+        f"the last good checkpoint (step {done}) is kept in {out}"
+        if done > 0
+        else f"no checkpoint was saved ({out} holds none)"
+    )
+    lr = getattr(cfg, "lr", None)
+    hint = f"; try a lower lr (now {lr:g})" if lr is not None else ""
+    return (
+        f"non-finite {parts[0]} at step {done + t + 1} (seed {s}; non-finite there: {', '.join(terms)}){hint}; "
+        f"stopped, {kept}"
+    )

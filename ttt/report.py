@@ -72,9 +72,9 @@ def rows(records: list[dict]) -> list[dict]:
 
 
 def write_results(records: list[dict], out: Path) -> None:
-    from ttt.pipeline import atomic_write_text
+    from ttt.storage import atomic_write_text, dumps
 
-    atomic_write_text(out / "results.json", json.dumps(dict(rows=rows(records), records=records), indent=1))
+    atomic_write_text(out / "results.json", dumps(dict(rows=rows(records), records=records), indent=1))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
@@ -253,12 +253,7 @@ def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def plot_selection(fig_npz: Path, path: Path, title: str) -> None:
-    """The paper's Figure 2: a random subset of the dataset (grey), the sub-trajectories selected in each round
-    (one colour per round), the agent's path (black), its start (diamond) and goal (star)."""
-    plt = _plt()
-    z = np.load(fig_npz)
-    fig, ax = plt.subplots(figsize=(4.8, 4.8))
+def _draw_selection(ax, plt, z, label: str) -> None:
     u = float(z["maze_unit"])
     for x, y in z["walls"]:
         ax.add_patch(plt.Rectangle((x - u / 2, y - u / 2), u, u, color="#444444", lw=0))
@@ -280,11 +275,40 @@ def plot_selection(fig_npz: Path, path: Path, title: str) -> None:
     ax.set_xticks([])
     ax.set_yticks([])
     ok = "reached" if float(z["success"]) else "not reached"
-    ax.set_title(f"{title}\nK = {int(z['K'])}, {len(z['round_start'])} rounds, goal {ok}", fontsize=8)
+    ax.set_title(
+        f"{label}: episode {int(z['episode'])}\nK = {int(z['K'])}, {len(z['round_start'])} rounds, goal {ok}",
+        fontsize=8,
+    )
     ax.legend(fontsize=7, loc="lower right")
+
+
+def plot_selection(fig_npzs: list[Path], path: Path, title: str) -> None:
+    """The paper's Figure 2, one panel per episode (a success and a failure side by side, each labelled): a
+    random subset of the dataset (grey), the sub-trajectories selected in each round (one colour per round), the
+    agent's path (black), its start (diamond) and goal (star)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(fig_npzs), figsize=(4.8 * len(fig_npzs), 4.9), squeeze=False)
+    for ax, f in zip(axes[0], fig_npzs, strict=True):
+        z = np.load(f)
+        _draw_selection(ax, plt, z, "success" if float(z["success"]) else "failure")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def selection_figures(fig_dir: Path) -> dict[str, list[Path]]:
+    """Figure-2 files per run: `NAME.success.npz` then `NAME.failure.npz` (either may be missing), or an older
+    single `NAME.npz`."""
+    out: dict[str, list[Path]] = {}
+    for f in sorted(fig_dir.glob("*.npz")):
+        name = f.name.removesuffix(".npz")
+        kind = 0
+        for i, suffix in enumerate((".success", ".failure")):
+            if name.endswith(suffix):
+                name, kind = name.removesuffix(suffix), i
+        out.setdefault(name, []).append((kind, f))
+    return {k: [f for _, f in sorted(v)] for k, v in out.items()}
 
 
 # --------------------------------------------------------------------------------------------------- report
@@ -292,14 +316,13 @@ def plot_selection(fig_npz: Path, path: Path, title: str) -> None:
 
 def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: Path | None = None) -> Path:
     """Rebuild report.md and plots/ of a pipeline output directory from its saved results."""
-    from ttt.pipeline import atomic_write_text
+    from ttt.storage import atomic_write_text, writable_dir
 
     run_dir = Path(run_dir)
     out = run_dir if out is None else Path(out)
     doc = load_results(run_dir)
     rs = rows(doc["records"])
-    plots = out / "plots"
-    plots.mkdir(parents=True, exist_ok=True)
+    plots = writable_dir(out / "plots", "the report's plots directory")
     meta_p = run_dir / "pipeline.json"
     meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
     profiles = sorted({str(r["profile"]) for r in rs})
@@ -329,22 +352,24 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
             p = plots / f"curve-{_slug(g)}-{key}.png"
             plot_curves([r for r in sub if key in r["grid"]], key, p, f"{g}: success vs {key}")
             md += [f"![{g} vs {key}](plots/{p.name})", ""]
-    figs = sorted((run_dir / "figures").glob("*.npz")) if (run_dir / "figures").exists() else []
+    figs = selection_figures(run_dir / "figures") if (run_dir / "figures").exists() else {}
     if figs:
         md += ["## Data selected during an episode (the paper's Figure 2)", ""]
-        for f in figs:
-            p = plots / f"selection-{f.stem}.png"
-            plot_selection(f, p, f.stem)
-            z = np.load(f)
-            agree = np.array_equal(z["n_selected"], z["n_selected_recorded"][: len(z["n_selected"])])
-            md += [
-                f"![{f.stem}](plots/{p.name})",
-                "",
-                f"{f.stem}: rows selected per round {z['n_selected'].tolist()} (recomputed with the episode's keys; "
-                f"{'equal to' if agree else 'DIFFERENT from'} what the episode recorded). Colours: rounds; grey: "
-                "100 dataset episodes; black: the agent's path.",
-                "",
-            ]
+        for name, files in figs.items():
+            p = plots / f"selection-{name}.png"
+            plot_selection(files, p, name)
+            md += [f"![{name}](plots/{p.name})", ""]
+            for f in files:
+                z = np.load(f)
+                agree = np.array_equal(z["n_selected"], z["n_selected_recorded"][: len(z["n_selected"])])
+                what = "success" if float(z["success"]) else "failure"
+                md += [
+                    f"{name}, {what} (episode {int(z['episode'])}): rows selected per round "
+                    f"{z['n_selected'].tolist()} (recomputed with the episode's keys; "
+                    f"{'equal to' if agree else 'DIFFERENT from'} what the episode recorded).",
+                    "",
+                ]
+            md += ["Colours: rounds; grey: 100 dataset episodes; black: the agent's path.", ""]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
     echo(f"report: {path} ({len(rs)} rows, plots in {plots})")
@@ -353,14 +378,14 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
 
 def combine(run_dirs: list[str | Path], out: Path, echo: Callable[[str], None] = print) -> Path:
     """One report over several pipeline output directories."""
-    from ttt.pipeline import atomic_write_text
+    from ttt.storage import atomic_write_text, writable_dir
 
     records, names = [], []
     for d in run_dirs:
         doc = load_results(d)
         records += doc["records"]
         names.append(Path(d).name)
-    out.mkdir(parents=True, exist_ok=True)
+    writable_dir(out, "--out")
     write_results(records, out)
     atomic_write_text(out / "pipeline.json", json.dumps(dict(name=" + ".join(names), description="")))
     return write_report(out, echo=echo)

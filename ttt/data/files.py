@@ -193,6 +193,29 @@ def _check_maze_contents(fail, obs: np.ndarray, spec: DatasetSpec) -> None:
             )
 
 
+def check_digest(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """Compare the arrays with the sha256 that generation recorded in the sidecar `NAME.json` / `NAME-val.json`
+    (when there is one): changed bytes that still form a valid file are reported, naming both digests."""
+    from ttt.data.generate import array_digest
+
+    sidecar = Path(path).with_suffix(".json")
+    if not sidecar.exists():
+        return
+    try:
+        want = json.loads(sidecar.read_text()).get("sha256_arrays")
+    except (OSError, ValueError, AttributeError):
+        raise TttError(f"{sidecar}: unreadable metadata (truncated or not JSON); regenerate the dataset") from None
+    if want is None:
+        return
+    got = array_digest(arrays)
+    if got != want:
+        raise TttError(
+            f"{path}: contents changed since generation (sha256 of its arrays {got[:16]}..., {sidecar.name} records "
+            f"{want[:16]}...); regenerate it: `ttt data generate {Path(path).stem.removesuffix('-val')} --force` with "
+            "the same --episodes and --seed"
+        )
+
+
 def check(name: str, directory: str | os.PathLike | None = None) -> list[CheckReport]:
     """Check NAME.npz and NAME-val.npz: format, contents, and that ogbench.load_dataset reads them."""
     spec = get_spec(name)
@@ -201,6 +224,7 @@ def check(name: str, directory: str | os.PathLike | None = None) -> list[CheckRe
     for path in (d / f"{name}.npz", d / f"{name}-val.npz"):
         arrays = read_npz(path, spec)
         reports.append(check_arrays(path, arrays, spec))
+        check_digest(path, arrays)
         _check_ogbench_loads(path)
     return reports
 
@@ -280,4 +304,5 @@ def load(name: str, directory: str | os.PathLike | None = None, split: str = "tr
     path = resolve_dir(directory) / (f"{name}.npz" if split == "train" else f"{name}-val.npz")
     arrays = read_npz(path, spec)
     check_arrays(path, arrays, spec)
+    check_digest(path, arrays)
     return Dataset.from_arrays(arrays["observations"], arrays["actions"], arrays["terminals"], goal_fn=spec.goal_coords)

@@ -22,6 +22,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -274,14 +275,18 @@ def generate(
     episodes = spec.episodes if episodes is None else episodes
     if episodes < 1:
         raise TttError(f"--episodes must be >= 1, got {episodes}")
+    if not 0 <= seed < 2**32:
+        raise TttError(f"--seed must be in [0, 2^32), got {seed}")
     noise = spec.noise if noise is None else noise
     if noise < 0:
         raise TttError(f"--noise must be >= 0, got {noise}")
+    if directory is not None:
+        from ttt.storage import writable_dir
+
+        writable_dir(directory, "--dir")
     out_dir = resolve_dir(directory, create_default=True, writable=True)
     train_path, val_path = out_dir / f"{name}.npz", out_dir / f"{name}-val.npz"
     existing = [p for p in (train_path, val_path) if p.exists()]
-    if existing and not force:
-        raise TttError(f"{existing[0]} already exists; pass --force to overwrite it")
 
     policy, expert_digest = None, None
     if spec.needs_expert:
@@ -300,6 +305,12 @@ def generate(
 
     plan = GenerationPlan(spec, episodes, seed, noise, expert_digest)
     cache = out_dir / f".{name}.partial-{plan.fingerprint()}"
+    if existing and not force and not cache.exists():  # (with the plan's partial folder: its own unfinished output)
+        if _generated_by(plan, train_path, val_path):
+            return train_path, val_path  # a rerun after the files were written: nothing to do
+        raise TttError(f"{existing[0]} already exists; pass --force to overwrite it")
+    if force:  # start over: finished blocks of an earlier run are not reused either
+        shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(exist_ok=True)
     (cache / "plan.json").write_text(json.dumps(dataclasses.asdict(plan), default=str))
     blocks = plan.blocks()
@@ -308,16 +319,26 @@ def generate(
     def block_file(split: int, start: int) -> Path:
         return cache / f"split{split}-{start:07d}.npz"
 
+    for s_, a_, _ in blocks:  # a block that does not read back (truncated, altered) is reported and made again
+        f = block_file(s_, a_)
+        if f.exists() and not _block_ok(f):
+            print(f"warning: {f}: corrupt cached block (unreadable); generating it again", file=sys.stderr)
+            f.unlink()
     todo = [b for b in blocks if not block_file(b[0], b[1]).exists()]
     done_eps = sum(b[2] - b[1] for b in blocks if b not in todo)
     if progress:
         progress(done_eps, total)
     jobs = [(name, seed, split, a, b, noise, policy) for split, a, b in todo]
-    for split, start, stop, arrays in _run_jobs(jobs, workers):
-        atomic_save_npz(block_file(split, start), arrays, compress=False)
-        done_eps += stop - start
-        if progress:
-            progress(done_eps, total)
+    try:
+        for split, start, stop, arrays in _run_jobs(jobs, workers):
+            atomic_save_npz(block_file(split, start), arrays, compress=False)
+            done_eps += stop - start
+            if progress:
+                progress(done_eps, total)
+    except BaseException:
+        if not any(cache.glob("split*.npz")):  # nothing finished: leave no partial folder behind
+            shutil.rmtree(cache, ignore_errors=True)
+        raise
 
     paths = []
     for split, path in ((0, train_path), (1, val_path)):
@@ -346,6 +367,29 @@ def generate(
         paths.append(path)
     shutil.rmtree(cache, ignore_errors=True)
     return paths[0], paths[1]
+
+
+def _generated_by(plan: GenerationPlan, train_path: Path, val_path: Path) -> bool:
+    """Whether both files exist and their sidecars say this plan made them (episodes, seed, noise, expert)."""
+    for split, path in ((0, train_path), (1, val_path)):
+        try:
+            meta = json.loads(path.with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            return False
+        want = dict(seed=plan.seed, noise=plan.noise, episodes=plan.val_episodes if split else plan.episodes)
+        if not path.exists() or any(meta.get(k) != v for k, v in want.items()):
+            return False
+        if meta.get("expert_sha256") != plan.expert:
+            return False
+    return True
+
+
+def _block_ok(path: Path) -> bool:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return all(k in z.files and z[k] is not None for k in KEYS)  # reading checks the zip CRCs
+    except Exception:  # noqa: BLE001  (any failure to read a cache entry means: rebuild it)
+        return False
 
 
 def _episode_stats(spec: DatasetSpec, parts: list) -> dict:
@@ -384,6 +428,13 @@ def _flip_stats(spec: DatasetSpec, arrays: dict) -> dict:
     return dict(flipped_episodes=int(flipped.any(1).sum()), flipped_rows_fraction=float(flipped.mean()))
 
 
+def _worker_init() -> None:
+    """Workers leave SIGINT to the parent (which ends them), so Ctrl-C prints no traceback per worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_jobs(jobs: list, workers: int | None) -> Iterator:
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs) or 1))
     if workers == 1:
@@ -391,5 +442,5 @@ def _run_jobs(jobs: list, workers: int | None) -> Iterator:
             yield _block_job(job)
         return
     ctx = mp.get_context("spawn")
-    with ctx.Pool(workers) as pool:
+    with ctx.Pool(workers, initializer=_worker_init) as pool:
         yield from pool.imap_unordered(_block_job, jobs)

@@ -1,0 +1,20 @@
+"""The fault-injection script (benchmarks/fault_injection.py) in miniature: one random signal lands on a running
+`ttt data generate` and one on a running `ttt pretrain`; each stops as promised and the rerun's results equal an
+uninterrupted run's. The full run (many kills, `ttt run` too) is the script itself."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_kills_are_survived_and_reruns_are_identical():
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fault_injection.py"
+    spec = importlib.util.spec_from_file_location("fault_injection", path)
+    fi = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fi)
+    doc = fi.main(["--kills", "1", "--commands", "data,pretrain", "--seed", "1", "--out", ""])
+    assert doc["kills"] == 2 and doc["survived"] == 2 and doc["all_identical"], doc
