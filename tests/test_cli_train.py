@@ -6,24 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from helpers import STITCH, one_line_error, pretrain_argv, run
 
 from ttt.cli import main
 from ttt.data import generate as gen
-
-STITCH = "pointmaze-medium-stitch-v0"
-TINY = ["--set", "actor_hidden_dims=[8,8]", "--set", "value_hidden_dims=[8,8]", "--set", "batch_size=8"]
-
-
-def run(argv, capsys):
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line_error(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in err and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -31,26 +17,7 @@ def trained(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
     gen.generate(STITCH, episodes=4, seed=0, directory=d, workers=1)
     ck = d / "ck"
-    rc = main(
-        [
-            "pretrain",
-            "--dataset",
-            STITCH,
-            "--agent",
-            "gcbc",
-            "--steps",
-            "4",
-            "--chunk",
-            "2",
-            "--seeds",
-            "2",
-            "--out",
-            str(ck),
-            "--dir",
-            str(d),
-            *TINY,
-        ]
-    )
+    rc = main(pretrain_argv(STITCH, 4, ck, d, seeds=2, chunk=2))
     assert rc == 0
     return d, ck
 
@@ -83,24 +50,7 @@ def test_pretrain_then_eval(trained, capsys):
     assert np.array(doc["success"]).shape == (2, 1, 1) and doc["tasks"] == [2]
     # A rerun with more steps resumes from step 4.
     rc, out, err = run(
-        [
-            "pretrain",
-            "--dataset",
-            STITCH,
-            "--agent",
-            "gcbc",
-            "--steps",
-            "6",
-            "--chunk",
-            "2",
-            "--seeds",
-            "2",
-            "--out",
-            str(ck),
-            "--dir",
-            str(d),
-            *TINY,
-        ],
+        pretrain_argv(STITCH, 6, ck, d, seeds=2, chunk=2),
         capsys,
     )
     assert rc == 0, err
@@ -156,24 +106,7 @@ def test_checkpoint_of_another_dataset_is_refused(trained, capsys):
     # Resuming into a checkpoint of another dataset names both too.
     gen.generate("pointmaze-large-stitch-v0", episodes=1, seed=0, directory=d, workers=1)
     rc, _, err = run(
-        [
-            "pretrain",
-            "--dataset",
-            "pointmaze-large-stitch-v0",
-            "--agent",
-            "gcbc",
-            "--steps",
-            "6",
-            "--chunk",
-            "2",
-            "--seeds",
-            "2",
-            "--out",
-            str(ck),
-            "--dir",
-            str(d),
-            *TINY,
-        ],
+        pretrain_argv("pointmaze-large-stitch-v0", 6, ck, d, seeds=2, chunk=2),
         capsys,
     )
     line = one_line_error(err)

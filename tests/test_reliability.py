@@ -9,24 +9,10 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers import STITCH, one_line_error, pretrain_argv, run
 
 from ttt.cli import main
 from ttt.data import generate as gen
-
-STITCH = "pointmaze-medium-stitch-v0"
-TINY = ["--set", "actor_hidden_dims=[8,8]", "--set", "value_hidden_dims=[8,8]", "--set", "batch_size=8"]
-
-
-def run(argv, capsys):
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line_error(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in err and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 def strict_json(path):
@@ -39,8 +25,7 @@ def strict_json(path):
 
 
 def pretrain_args(d, out, steps=4, *extra):
-    return ["pretrain", "--dataset", STITCH, "--agent", "gcbc", "--steps", str(steps), "--chunk", "2", "--seeds", "2",
-            "--out", str(out), "--dir", str(d), *TINY, *extra]  # fmt: skip
+    return [*pretrain_argv(STITCH, steps, out, d), *extra]
 
 
 @pytest.fixture(scope="module")
