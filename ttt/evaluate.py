@@ -11,9 +11,7 @@ goals depend on (evaluation seed, task, episode) only, so every training seed fa
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -22,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ttt.data.generate import seed_env
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
+from ttt.envs.gym import make_gym_env, seed_env
 from ttt.episode import Transforms, TTTConfig, empty_round_metrics, make_act, make_episodes, make_round_fns, n_rounds
 from ttt.errors import TttError
 
@@ -54,13 +52,7 @@ class EvalResult:
         return self.success.mean(axis=(0, 2))
 
 
-def make_env(env_id: str, **kwargs):
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    warnings.filterwarnings("ignore")
-    import gymnasium
-    import ogbench  # noqa: F401
-
-    return gymnasium.make(env_id, **kwargs)
+make_env = make_gym_env  # deprecated name of `ttt.envs.gym.make_gym_env` (OGBench's gymnasium env, not an `Env`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +198,7 @@ def run_host(
         starts, goal_xy = jax.jit(jax.vmap(jax_env.sample_start_goal))(batch.reset_keys, jnp.asarray(batch.task))
         starts, goal_xy = np.asarray(starts), np.asarray(goal_xy)
     for b in range(B):
-        env = make_env(setup.spec.env_id, **(gym_kwargs or {}))
+        env = make_gym_env(setup.spec.env_id, **(gym_kwargs or {}))
         task = int(batch.task[b])
         ep_seed = int(np.random.SeedSequence([seed, int(batch.task[b]), int(batch.episode[b])]).generate_state(1)[0])
         seed_env(env, ep_seed)
