@@ -1,1 +1,2 @@
-"""OGBench datasets: offline generation, file checks, the device-resident Dataset pytree and GC sampler."""
+"""OGBench datasets: offline generation (and the SAC ant expert it needs), file checks, the device-resident Dataset
+pytree and the goal-conditioned sampler."""

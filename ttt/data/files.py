@@ -1,4 +1,4 @@
-"""Dataset files on disk: where they live, atomic writes, listing, and format/content checks."""
+"""Dataset files on disk: where they live, listing, and format/content/checksum checks; `load` -> `Dataset`."""
 
 from __future__ import annotations
 

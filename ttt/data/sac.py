@@ -34,7 +34,6 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray, PyTree
 
-from ttt.agents.common import polyak
 from ttt.nets import LOG_STD_MAX, LOG_STD_MIN, MLP, GCValue, Linear, make_linear
 
 
@@ -198,7 +197,8 @@ def make_sac_update(cfg: SACConfig, action_dim: int) -> Callable:
         (_, metrics), grads = grad_fn(state.params, state.target_critic, batch, key, cfg, action_dim)
         updates, opt_state = opt.update(grads, state.opt_state, eqx.filter(state.params, eqx.is_array))
         params = eqx.apply_updates(state.params, updates)
-        target = polyak(params.critic, state.target_critic, cfg.tau)
+        tau = cfg.tau  # Polyak averaging, as `ttt.agents.common.polyak` (the expert does not depend on the backbones)
+        target = jax.tree.map(lambda p, tp: p * tau + tp * (1.0 - tau), params.critic, state.target_critic)
         return SACState(params, target, opt_state, state.updates + 1), metrics
 
     return update
