@@ -7,6 +7,7 @@ against its valid range, and `load_run` loads a checkpoint with its dataset and 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -105,3 +106,46 @@ def make_setup(
     if variant == "ttt" and not get_backbone(backbone).has_value(cfg):
         raise TttError(f"variant ttt needs a value function, which this {backbone} agent lacks; use ttt-mc")
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms)
+
+
+def load_run(
+    checkpoint: str | os.PathLike,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    dataset: str | None = None,
+    variant: str = "base",
+    backend: str = "mujoco",
+    transforms: Transforms | None = None,
+    **settings,
+):
+    """A checkpoint, ready to evaluate: `(setup, agents, data, env)`.
+
+    **Arguments:**
+    - `checkpoint`: a `ttt pretrain` checkpoint directory; `data_dir`: where its dataset lives (default:
+      OGBench's directory); `dataset`: evaluate on another dataset of the same sizes (default: the checkpoint's);
+    - `variant`, `backend`, `transforms` and `**settings` (K, N, lr, q, ...): as `make_setup` takes them.
+
+    **Returns** `setup` (`EvalSetup`, its backbone and configs read from the checkpoint), `agents` (seed-stacked:
+    every array has a leading seed axis), `data` (the `Dataset`, checked against the checkpoint's data hash) and
+    `env` (the in-program `Env`, or None where the environment runs on the host driver). Then
+    `ttt.evaluate(setup, agents, data, episodes=..., tasks=..., env=env)`.
+    """
+    from ttt.data.files import load
+    from ttt.data.specs import get_spec
+    from ttt.envs import has_jax_env, make_env
+    from ttt.envs.gym import max_episode_steps
+    from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
+
+    meta = read_meta(checkpoint)
+    dataset = meta["dataset"] if dataset is None else dataset
+    spec = get_spec(dataset)
+    check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, str(checkpoint))
+    cfg, sampler = backbone_config(meta), sampler_config(meta)
+    max_steps = max_episode_steps(spec.env_id)
+    setup = make_setup(variant, meta["backbone"], cfg, sampler, spec, max_steps, backend=backend, transforms=transforms,
+                       **settings)  # fmt: skip
+    data = load(dataset, data_dir)
+    check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(checkpoint), dataset_hash(data))
+    states, _ = load_checkpoint(checkpoint, meta)
+    env = make_env(spec.env_id, backend=backend) if has_jax_env(spec.env_id) else None
+    return setup, states.agent, data, env
