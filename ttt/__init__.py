@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ttt._version import __version__ as __version__
 
 _EXPORTS = {
     # from a checkpoint to results

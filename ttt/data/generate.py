@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ttt import __version__
+from ttt._version import __version__
 from ttt.data.files import resolve_dir
 from ttt.data.specs import DatasetSpec, get_spec
 from ttt.envs.gym import make_gym_env, oracle_direction, seed_env, upside_down
