@@ -9,8 +9,28 @@ env from Python.
 
 from __future__ import annotations
 
-from ttt.envs.base import Env, State
-from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
+import importlib
+from typing import TYPE_CHECKING
+
+_LAZY = {  # imported on first use, so that the host-side helpers (`ttt.envs.gym`) load without JAX
+    "Env": "ttt.envs.base",
+    "State": "ttt.envs.base",
+    "BACKENDS": "ttt.envs.pointmaze",
+    "PointMaze": "ttt.envs.pointmaze",
+    "PointMazeState": "ttt.envs.pointmaze",
+    "impose_start_goal": "ttt.envs.pointmaze",
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'ttt.envs' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+if TYPE_CHECKING:
+    from ttt.envs.base import Env, State
+    from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
 
 JAX_ENVS: tuple[str, ...] = (
     "pointmaze-medium-v0",
@@ -37,6 +57,8 @@ def has_jax_env(env_id: str) -> bool:
 
 def make_env(env_id: str, backend: str = "mujoco") -> Env:
     """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or 'mjx')."""
+    from ttt.envs.pointmaze import PointMaze
+
     if env_id in HOST_ONLY_ENVS:
         raise ValueError(f"{env_id} has no in-program env ({HOST_ONLY_ENVS[env_id]}); use the host driver")
     if env_id not in JAX_ENVS:
