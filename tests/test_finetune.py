@@ -165,3 +165,41 @@ def test_gcbc_full_loss_trains_the_critic_and_leaves_the_actor_identical():
     for x, y in zip(leaves(short.actor), leaves(full.actor), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
     assert not same(short.actor, agent.actor)
+
+
+@pytest.mark.parametrize("agent, reuse", [("gcbc", False), ("gcbc", True), ("gciql", True)])
+def test_leaving_frozen_fields_out_of_adam_changes_nothing(agent, reuse):
+    """Adam over the differentiated arrays only (`Backbone.frozen`) gives the agent an Adam step over every array
+    gives (written out here), fresh or from a pre-training state with non-zero moments on the trained arrays."""
+    import optax
+
+    from ttt.finetune import make_ttt_step
+
+    data = toy_dataset()
+    cfg, sampler = tiny(agent)
+    state = init_state(jax.random.key(0), agent, 2, 2, cfg)
+    backbone = get_backbone(agent)
+    tcfg = backbone.ttt_config(cfg)
+    assert backbone.frozen(tcfg)  # this backbone has fields to leave out
+    ft = FinetuneConfig(steps=1, reuse_opt_state=reuse)
+    ts = make_ttt_step(agent, cfg, sampler, ft)
+    k = jax.random.key(4)
+    batch = ts.draw(k, jax.random.key(5), data, ts.table(episode_weights(data, 1)), jnp.array([1.0, 0.5]))
+    full_state = state.opt_state if reuse else optax.adam(ft.lr).init(eqx.filter(state.agent, eqx.is_array))
+    if reuse:  # moments as after pre-training: non-zero where gradients flowed, zero on the frozen fields (below)
+        full_state = jax.tree.map(lambda x: x + 0.01 if eqx.is_array(x) and x.dtype == jnp.float32 else x, full_state)
+    (_, _), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(state.agent, batch, k, tcfg)
+    zero = {name: jax.tree.map(jnp.zeros_like, getattr(grads, name)) for name in backbone.frozen(tcfg)
+            if getattr(grads, name, None) is not None}  # fmt: skip
+    for name, z in zero.items():  # the frozen fields' gradients are exactly zero ...
+        assert all(not np.asarray(x).any() for x in jax.tree.leaves(getattr(grads, name)))
+        if reuse:  # ... and so are their pre-training moments
+            full_state = eqx.tree_at(
+                lambda s, name=name: [getattr(s[0].mu, name), getattr(s[0].nu, name)], full_state, [z, z]
+            )
+    updates, _ = optax.adam(ft.lr).update(grads, full_state, eqx.filter(state.agent, eqx.is_array))
+    expected = backbone.target_update(eqx.apply_updates(state.agent, updates), tcfg)
+    got, _, _ = ts.update(state.agent, ts.restrict(state.agent, full_state) if reuse else ts.init(state.agent),
+                          batch, k)  # fmt: skip
+    for x, y in zip(leaves(expected), leaves(got), strict=True):
+        np.testing.assert_array_equal(x, y)

@@ -83,6 +83,10 @@ class TTTConfig:
       'oracle' (true shortest-path steps through the maze, `ttt.envs.oracle`; point mazes; selection only).
     - `reset_after_horizon`: within a round, act with the pre-trained agent once more steps have run than the
       longest kept span has rows (the published code's option of that name).
+    - `bucket`: how many episodes of a batch adapt together. Each round, the batch's still-running episodes are
+      moved to the front and adapted `bucket` at a time (a `lax.while_loop` over buckets), so an episode that has
+      ended costs no selection or fine-tuning. None: the whole batch adapts in every round until all of it has
+      ended (the pre-0.2 behaviour). Results do not depend on it (tested); only speed does.
     """
 
     K: int = 100
@@ -91,6 +95,7 @@ class TTTConfig:
     value_chunk: int = 4096
     critic: str = "learned"
     reset_after_horizon: bool = False
+    bucket: int | None = 1
 
     def __post_init__(self):
         if not (isinstance(self.K, int) and not isinstance(self.K, bool) and self.K >= 1):
@@ -101,6 +106,10 @@ class TTTConfig:
             raise ValueError(f"TTT critic must be one of {', '.join(CRITICS)}, got {self.critic!r}")
         if not isinstance(self.reset_after_horizon, bool):
             raise ValueError(f"reset_after_horizon must be a bool, got {self.reset_after_horizon!r}")
+        if self.bucket is not None and not (
+            isinstance(self.bucket, int) and not isinstance(self.bucket, bool) and self.bucket >= 1
+        ):
+            raise ValueError(f"TTT bucket must be an int >= 1 or None (the whole batch), got {self.bucket!r}")
 
 
 class EpisodeOut(eqx.Module):
@@ -240,6 +249,36 @@ def empty_round_metrics(batch: int) -> dict[str, Array]:
     }
 
 
+def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset, dyn0, metrics0):
+    """One round's `adapt` for the still-running episodes only: their indices are moved to the front (a stable
+    sort on `done`) and adapted `G` at a time by a `lax.while_loop` over `ceil(live / G)` buckets; each bucket
+    gathers its episodes' inputs, adapts them (`v_adapt`, vmapped over G), and scatters the tuned agents and round
+    metrics back. Ended episodes keep `dyn0` (their pre-trained arrays) and `metrics0`. Fixed shapes throughout; only
+    the loop's trip count depends on the data."""
+    agents0, opt_states0, k_adapt, tables, obs, goal = batched
+    B = done.shape[0]
+    order = jnp.argsort(done, stable=True)  # running episodes first, in batch order
+    n_live = jnp.sum(~done).astype(jnp.int32)
+    n_buckets = (n_live + G - 1) // G
+    take = lambda tree, idx: jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)  # noqa: E731
+
+    def body(carry):
+        b, dyn, metrics = carry
+        pos = b * G + jnp.arange(G)
+        live = pos < n_live
+        idx = order[jnp.minimum(pos, B - 1)]
+        agents, m = v_adapt(take(agents0, idx), take(opt_states0, idx), k_adapt[idx], data, take(tables, idx),
+                            obs[idx], goal[idx])  # fmt: skip
+        put = jnp.where(live, idx, B)  # B: out of range, dropped (a padded slot of the last bucket)
+        scatter = lambda full, part: full.at[put].set(part, mode="drop")  # noqa: E731
+        dyn = jax.tree.map(scatter, dyn, eqx.filter(agents, eqx.is_array))
+        metrics = jax.tree.map(scatter, metrics, m)
+        return b + 1, dyn, metrics
+
+    _, dyn, metrics = jax.lax.while_loop(lambda c: c[0] < n_buckets, body, (jnp.int32(0), dyn0, metrics0))
+    return dyn, metrics
+
+
 def _where_tree(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred.reshape(pred.shape + (1,) * (x.ndim - pred.ndim)), x, y), a, b)
 
@@ -260,8 +299,8 @@ def make_episodes(
 
     One `lax.scan` over `ceil(max_steps / K)` rounds; in each, `adapt` (vmapped over the batch) then a `lax.scan`
     over K environment steps (vmapped `act` and `env.step`). Steps past `max_steps` or after success change
-    nothing (OGBench's `terminate_at_goal`). Once every episode of the batch has ended, later rounds skip their
-    fine-tuning and steps (`lax.cond` on the batch), so small batches stop paying for finished episodes.
+    nothing (OGBench's `terminate_at_goal`). Each round adapts only the episodes still running, `TTTConfig.bucket`
+    at a time (`_adapt_live`), and once every episode of the batch has ended later rounds skip their steps too.
     Results per episode do not depend on the batch it ran in. With `ttt=None` the base policy runs.
     """
     if not (isinstance(max_steps, int) and max_steps >= 1):
@@ -280,6 +319,7 @@ def make_episodes(
 
     def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks, oracle=None) -> EpisodeOut:
         B = tasks.shape[0]
+        G = B if ttt is None or ttt.bucket is None else min(ttt.bucket, B)
         state, obs, goal = jax.vmap(env.reset)(reset_keys, tasks)
         tables = None if ttt is None else jax.vmap(prepare, in_axes=(0, None, 0, None))(agents0, data, goal, oracle)
         opt_axis = None if opt_states0 is None else 0
@@ -291,16 +331,20 @@ def make_episodes(
             all_done = jnp.all(done)
             if ttt is not None:
 
-                def run(obs):
-                    agents, m = jax.vmap(adapt, in_axes=(0, opt_axis, 0, None, 0, 0, 0))(
-                        agents0, opt_states0, k_adapt, data, tables, obs, goal
-                    )
-                    return eqx.filter(agents, eqx.is_array), m
+                v_adapt = jax.vmap(adapt, in_axes=(0, opt_axis, 0, None, 0, 0, 0))
+                if G >= B:  # the whole batch adapts together until all of it has ended
 
-                def skip(obs):
-                    return dyn0, empty_round_metrics(B)
+                    def run(obs):
+                        agents, m = v_adapt(agents0, opt_states0, k_adapt, data, tables, obs, goal)
+                        return eqx.filter(agents, eqx.is_array), m
 
-                dyn, metrics = jax.lax.cond(all_done, skip, run, obs)
+                    def skip(obs):
+                        return dyn0, empty_round_metrics(B)
+
+                    dyn, metrics = jax.lax.cond(all_done, skip, run, obs)
+                else:
+                    dyn, metrics = _adapt_live(v_adapt, G, done, (agents0, opt_states0, k_adapt, tables, obs, goal),
+                                               data, dyn0, empty_round_metrics(B))  # fmt: skip
                 agents = eqx.combine(dyn, static)
             else:
                 agents, metrics = agents0, empty_round_metrics(B)

@@ -70,13 +70,17 @@ class TTTStep:
       weights table (a `mix` fraction uniformly), the backbone's batch for them (goals relabelled with `k_goals`),
       actor goal `g*` on the selected rows.
     - `update(agent, opt_state, batch, key) -> (agent, opt_state, loss)`: one Adam step of the loss and the
-      backbone's target update.
+      backbone's target update. Adam covers only the arrays the loss differentiates (`Backbone.frozen` names the
+      rest: target networks, GC-BC's selection-only critic); their updates would be exactly zero.
+    - `restrict(agent, opt_state) -> opt_state`: a pre-training Adam state cut to those arrays
+      (`reuse_opt_state`).
     """
 
     init: Callable
     table: Callable
     draw: Callable
     update: Callable
+    restrict: Callable
 
 
 def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0) -> TTTStep:
@@ -88,8 +92,19 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
     sampler = dataclasses.replace(sampler, batch_size=n)
     n_goal_rows = n - n_uniform(n, mix)  # the first rows come from the selection and get g* as actor goal
 
+    frozen_names = backbone.frozen(cfg)
+
+    def trainable(agent):
+        """Filter spec: True on the arrays `loss(cfg)` differentiates (not the backbone's `frozen` fields)."""
+        spec = jax.tree.map(eqx.is_array, agent)
+        for name in frozen_names:
+            if getattr(agent, name, None) is not None:
+                spec = eqx.tree_at(lambda s, name=name: getattr(s, name), spec,
+                                   jax.tree.map(lambda _: False, getattr(spec, name)))  # fmt: skip
+        return spec
+
     def init(agent):
-        return opt.init(eqx.filter(agent, eqx.is_array))
+        return opt.init(eqx.filter(agent, trainable(agent)))
 
     def draw(k_rows: PRNGKeyArray, k_goals: PRNGKeyArray, data: Dataset, table, goal):
         idxs = sample_ttt_rows(k_rows, table, n, mix, data)
@@ -97,12 +112,25 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         return backbone.with_actor_goal(batch, goal, jnp.arange(n) < n_goal_rows)
 
     def update(agent, opt_state, batch, key: PRNGKeyArray):
-        (loss, _), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(agent, batch, key, cfg)
-        updates, opt_state = opt.update(grads, opt_state, eqx.filter(agent, eqx.is_array))
-        agent = backbone.target_update(eqx.apply_updates(agent, updates), cfg)
+        train, rest = eqx.partition(agent, trainable(agent))
+        loss_of = lambda train: backbone.loss(eqx.combine(train, rest), batch, key, cfg)  # noqa: E731
+        (loss, _), grads = eqx.filter_value_and_grad(loss_of, has_aux=True)(train)
+        updates, opt_state = opt.update(grads, opt_state, train)
+        agent = backbone.target_update(eqx.combine(eqx.apply_updates(train, updates), rest), cfg)
         return agent, opt_state, loss
 
-    return TTTStep(init, weight_table, draw, update)
+    def restrict(agent, opt_state):
+        """A pre-training Adam state (over every array of the agent) cut to the trainable arrays: the moments of
+        the frozen fields are dropped (they are zero: those fields never had a gradient)."""
+        spec = trainable(agent)
+        full = jax.tree.structure(eqx.filter(agent, eqx.is_array))
+
+        def cut(x):
+            return eqx.filter(x, spec) if jax.tree.structure(x) == full else x
+
+        return jax.tree.map(cut, opt_state, is_leaf=lambda x: jax.tree.structure(x) == full)
+
+    return TTTStep(init, weight_table, draw, update, restrict)
 
 
 def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0):
@@ -128,7 +156,7 @@ def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         if ft.steps == 0:
             nan = jnp.full((), jnp.nan, jnp.float32)
             return agent, {"loss_first": nan, "loss_last": nan}
-        state0 = opt_state if ft.reuse_opt_state else ts.init(agent)
+        state0 = ts.restrict(agent, opt_state) if ft.reuse_opt_state else ts.init(agent)
         table = ts.table(weights)  # once per round, not per step
 
         def step(carry, i):

@@ -35,6 +35,9 @@ class Backbone:
     - ``ttt_config(cfg) -> cfg``: the config whose loss test-time training needs to optimise: parts of the loss
       that cannot change any action after selection may be dropped (GC-BC's selection-only critic); identity
       by default.
+    - ``frozen(cfg) -> tuple[str, ...]``: the agent's fields that ``loss(cfg)`` never differentiates (target
+      networks, a critic the config leaves out of the loss); their Adam updates are exactly zero, so fine-tuning
+      leaves them out of the optimiser. None by default.
     """
 
     name: str
@@ -48,6 +51,7 @@ class Backbone:
     batch_fn: Callable[..., Any]
     with_actor_goal: Callable[..., Any]
     ttt_config: Callable[[Any], Any]
+    frozen: Callable[[Any], tuple[str, ...]] = lambda cfg: ()  # noqa: E731
 
 
 def default_batch_fn(key: PRNGKeyArray, data: Any, idxs: Any, sampler_cfg: Any, cfg: Any) -> Any:
@@ -95,7 +99,7 @@ def make_backbone(namespace: dict[str, Any]) -> Backbone:
 
     Required: ``NAME, Config, init, loss, target_update, value``; optional with defaults: ``act``
     (``act_actor``), ``has_value`` (``always_has_value``), ``BATCH_FN`` (``default_batch_fn``), ``WITH_ACTOR_GOAL``
-    (``set_actor_goal``), ``TTT_CONFIG`` (``same_config``).
+    (``set_actor_goal``), ``TTT_CONFIG`` (``same_config``), ``frozen`` (``no_frozen_fields``).
     """
     return Backbone(
         name=namespace["NAME"],
@@ -109,7 +113,13 @@ def make_backbone(namespace: dict[str, Any]) -> Backbone:
         batch_fn=namespace.get("BATCH_FN", default_batch_fn),
         with_actor_goal=namespace.get("WITH_ACTOR_GOAL", set_actor_goal),
         ttt_config=namespace.get("TTT_CONFIG", same_config),
+        frozen=namespace.get("frozen", no_frozen_fields),
     )
+
+
+def no_frozen_fields(cfg: Any) -> tuple[str, ...]:
+    """Every field of the agent may receive a gradient."""
+    return ()
 
 
 def tuple_field(obj: Any, *names: str) -> None:

@@ -118,6 +118,11 @@ def ttt_config(cfg: Config) -> Config:
 TTT_CONFIG = ttt_config
 
 
+def frozen(cfg: Config) -> tuple[str, ...]:
+    """Fields without a gradient under ``loss(cfg)``: the target heads, and the whole critic without ``with_critic``."""
+    return ("target_value",) if cfg.with_critic else ("value", "target_value")
+
+
 def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*batch obs"]) -> Float[Array, "*batch"]:
     """Mean of the two value heads ``V(s, g)`` (as GCIVL's actor uses them); needs ``with_critic``."""
     if agent.value is None:

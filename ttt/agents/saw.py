@@ -378,4 +378,9 @@ def value(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*ba
 has_value = always_has_value
 
 
+def frozen(cfg: Config) -> tuple[str, ...]:
+    """Fields without a gradient under ``loss``: the target network (moved by ``target_update`` only)."""
+    return ("target_value",)
+
+
 BACKBONE = make_backbone(globals())
