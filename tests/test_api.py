@@ -44,36 +44,38 @@ def _python_blocks(text: str) -> list[str]:
 
 
 def test_public_names_resolve_and_import_ttt_starts_no_jax():
-    for name in ttt.__all__:
-        assert getattr(ttt, name) is not None, name
+    import ttt.data
+    import ttt.envs
+
+    for face in (ttt, ttt.data, ttt.envs):
+        for name in face.__all__:
+            assert getattr(face, name) is not None, f"{face.__name__}.{name}"
     assert ttt.evaluate.evaluate is evaluate and ttt.TttError is ttt.errors.TttError
-    code = "import sys, ttt; assert 'jax' not in sys.modules; ttt.TttError; assert 'jax' not in sys.modules"
+    code = ("import sys, ttt, ttt.data, ttt.envs.gym, ttt.cli; ttt.TttError; ttt.data.get_spec\n"
+            "assert 'jax' not in sys.modules, 'imported JAX'")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, cwd=README.parent)
 
 
-def test_readme_script_loads_a_checkpoint_and_prints_base_and_ttt(tiny_run, monkeypatch, capsys):
+def test_readme_script_and_every_readme_example_run_as_written(tiny_run, monkeypatch, capsys):
+    """The README's script (under 10 lines: a checkpoint, base and GC-TTT on two tasks, mean +- s.e.), then every
+    other Python block of the README, in order, as one script (the later blocks use the first one's names)."""
     text = README.read_text()
     script = text.split("<!-- api-script:start -->")[1].split("<!-- api-script:end -->")[0]
     (code,) = _python_blocks(script)
     assert len([ln for ln in code.splitlines() if ln.strip()]) < 10
+    blocks = _python_blocks(text)
+    assert blocks[0] == code and len(blocks) >= 5
     monkeypatch.chdir(tiny_run)
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_script"})  # noqa: S102
+    ns = {"__name__": "readme"}
+    exec(compile(code, "README.md", "exec"), ns)  # noqa: S102
     lines = capsys.readouterr().out.strip().splitlines()
     assert [ln.split(":")[0] for ln in lines] == ["base", "ttt"]
     for ln in lines:
         assert re.fullmatch(r"(base|ttt): success \d\.\d\d \+- \d\.\d\d", ln), ln
-
-
-def test_every_readme_example_runs(tiny_run, monkeypatch, capsys):
-    """Every Python block of the README, in order, as one script (the later blocks use the first one's names)."""
-    blocks = _python_blocks(README.read_text())
-    assert len(blocks) >= 5
-    monkeypatch.chdir(tiny_run)
-    ns = {"__name__": "readme"}
-    exec(compile("\n".join(blocks), "README.md", "exec"), ns)  # noqa: S102
+    exec(compile("\n".join(blocks[1:]), "README.md", "exec"), ns)  # noqa: S102
     assert ns["w"].shape == (ns["data"].n_rows,) and int(ns["w"].sum()) > 0
     assert ns["result"].success.shape == (2, 1, 2)
-    assert "success" in capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("success")
 
 
 def test_load_run_returns_setup_agents_data_env(loaded):

@@ -14,9 +14,9 @@ Modules whose main function has the module's name stay modules: `ttt.evaluate.ev
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from ttt._lazy import exports
 from ttt._version import __version__ as __version__
 
 _EXPORTS = {
@@ -55,19 +55,7 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'ttt' has no attribute {name!r}")
-    module, _, attr = _EXPORTS[name].partition(":")
-    value = getattr(importlib.import_module(module), attr or name)
-    globals()[name] = value  # once found, an ordinary attribute
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, imported eagerly

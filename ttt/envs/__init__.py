@@ -9,8 +9,9 @@ env from Python.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from ttt._lazy import exports
 
 _LAZY = {  # imported on first use, so that the host-side helpers (`ttt.envs.gym`) load without JAX
     "Env": "ttt.envs.base",
@@ -21,11 +22,7 @@ _LAZY = {  # imported on first use, so that the host-side helpers (`ttt.envs.gym
     "impose_start_goal": "ttt.envs.pointmaze",
 }
 
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'ttt.envs' has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
+__getattr__, __dir__ = exports(__name__, _LAZY)
 
 
 if TYPE_CHECKING:
