@@ -199,6 +199,30 @@ JOBS = {
 }
 
 
+METRIC = {"update": ("ms_per_step", "ms per step", False), "value": ("s_per_episode", "s per episode", False),
+          "batched": ("episodes_per_s", "episodes/s", True), "row": ("wall_s", "s per row", False)}  # fmt: skip
+
+
+def table(doc: dict) -> str:
+    """Markdown: each measurement's best (least disturbed) old and new figure and the speed-up old / new."""
+    lines = ["| part | configuration | metric | old | new | speed-up | old success | new success |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in doc["results"]:
+        key, label, higher = METRIC[r["part"]] if r["part"] != "fixed" else METRIC["update"]
+        pick = max if higher else min
+        old, new = pick(x[key] for x in r["old"]), pick(x[key] for x in r["new"])
+        speed = new / old if higher else old / new
+        succ = lambda runs: (f"{runs[0]['success']:.2f}" + (f" +- {runs[0]['se']:.2f}" if "se" in runs[0] else "")
+                             if "success" in runs[0] else "")  # noqa: E731  # fmt: skip
+        job = {"fixed": "gcbc 8-wide, batch 8", "": "gcbc cpu, 1M rows", "1": "B = 1", "25": "B = 25"}.get(r["job"], r["job"])
+        if r["part"] == "row":
+            job = f"gcbc cpu, critic (episodes), {r['old'][0]['episodes']} episodes, batches of 25"
+        fmt = "{:.3f}" if old < 10 else "{:.1f}"
+        lines.append(f"| {r['part']} | {job} | {label} | {fmt.format(old)} | {fmt.format(new)} | {speed:.2f}x | "
+                     f"{succ(r['old'])} | {succ(r['new'])} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", nargs=2, metavar=("PART", "ARG"), help=argparse.SUPPRESS)
@@ -207,9 +231,13 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="workers per measurement and tree (minimum kept)")
     ap.add_argument("--row-repeats", type=int, default=1, help="workers per tree for the (long) row part")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/speed/ttt_speed.json")
+    ap.add_argument("--report", action="store_true", help="print the table of --out and run nothing")
     args = ap.parse_args()
     if args.worker:
         worker(*args.worker)
+        return 0
+    if args.report:
+        print(table(json.loads(args.out.read_text())))
         return 0
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import machine
