@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _common import machine  # noqa: E402
 
-from ttt.expert import NumpyExpert, evaluate_expert, evaluate_expert_maze, load_actor  # noqa: E402
+from ttt.data.expert import NumpyExpert, evaluate_expert, evaluate_expert_maze, load_actor  # noqa: E402
 
 
 def main() -> None:

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ttt.data import generate as gen
+from ttt.data.expert import NumpyExpert, load_actor
 from ttt.data.specs import get_spec
-from ttt.expert import NumpyExpert, load_actor
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The test command: every test file in its own Python process, then one verdict.
-# Why separate processes: with this session's additions, one full-suite process crashed twice at the same place
-# with a segfault inside XLA's CPU compiler (tests/test_select.py, after ~200 other tests had compiled in the same
-# process); every file passes on its own. Extra pytest arguments are passed to every file, e.g.
+# The fallback test command: every test file in its own Python process, then one verdict. The test command is plain
+# `python -m pytest` (one process): the crash that made this runner necessary (a segfault in XLA's CPU compiler after
+# ~200 tests: compiled programs' memory mappings passing vm.max_map_count) is prevented by tests/conftest.py, which
+# releases each module's compiled programs. Extra pytest arguments are passed to every file, e.g.
 #   bash tests/run.sh -m "not slow"
 set -u
 cd "$(dirname "$0")/.."

@@ -11,7 +11,7 @@ import pytest
 
 from ttt.cli import main
 from ttt.data import generate as gen
-from ttt.data.files import atomic_save_npz
+from ttt.storage import atomic_save_npz
 
 NAV = "pointmaze-medium-navigate-v0"
 

@@ -61,14 +61,14 @@ def test_pretrain_then_eval(trained, capsys):
 
 
 def test_progress_without_a_terminal_prints_lines(capsys, monkeypatch):
-    from ttt import cli
+    from ttt.cli import common
 
     clock = iter([0.0, 10.0, 40.0, 50.0, 60.0, 61.0, 70.0, 71.0, 72.0])
-    monkeypatch.setattr(cli.time, "perf_counter", lambda: next(clock))
-    with cli._EpisodeBar("train", unit="steps") as bar:  # lines every 30 s
+    monkeypatch.setattr(common.time, "perf_counter", lambda: next(clock))
+    with common.ProgressBar("train", unit="steps") as bar:  # lines every 30 s
         for done in (0, 100, 400, 500, 600):  # at 0, 10, 40, 50, 60 s
             bar(done, 1000, rate="10")
-    with cli._EpisodeBar("eval", unit="episodes") as bar:
+    with common.ProgressBar("eval", unit="episodes") as bar:
         for done in (1, 2, 2):  # at 70, 71, 72 s: done, then told again
             bar(done, 2)
     lines = capsys.readouterr().err.splitlines()

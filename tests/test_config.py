@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ttt.cli import main
-from ttt.config import RUN_KEYS, available_pipelines, find_pipeline, load_pipeline, parse_sets
 from ttt.errors import TttError
-from ttt.report import rows, welch
+from ttt.pipeline.config import RUN_KEYS, available_pipelines, find_pipeline, load_pipeline, parse_sets
+from ttt.pipeline.report import rows, welch
 
 REPO = Path(__file__).resolve().parent.parent
 

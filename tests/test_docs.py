@@ -35,3 +35,12 @@ def test_docs_are_linked_from_the_readme():
     readme = (DOCS.parent / "README.md").read_text()
     for name in ("architecture.md", "extending.md", "algorithm.md"):
         assert f"docs/{name}" in readme and (DOCS / name).exists()
+
+
+def test_every_python_example_in_docs_is_run():
+    """A Python block in docs/ outside the worked example would not run in any test: there is none."""
+    for path in sorted(DOCS.glob("*.md")):
+        text = path.read_text()
+        if "<!-- worked-example:start -->" in text:
+            text = text.split("<!-- worked-example:start -->")[0] + text.split("<!-- worked-example:end -->")[1]
+        assert "```python" not in text, f"{path.name} has a Python example that no test runs"

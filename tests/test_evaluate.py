@@ -137,8 +137,8 @@ def test_antmaze_runs_through_the_host_driver(tmp_path):
     """antmaze has no in-program env (MJX is 350-950x slower than C MuJoCo on CPU: benchmarks/antmaze_physics.py):
     GC-TTT runs it through the host driver, on a tiny dataset made with an untrained expert; the compiled driver
     is refused with the reason."""
-    from ttt.expert import save_actor
-    from ttt.sac import SACConfig, TanhGaussianActor
+    from ttt.data.expert import save_actor
+    from ttt.data.sac import SACConfig, TanhGaussianActor
 
     name = "antmaze-medium-stitch-v0"
     actor = TanhGaussianActor(jax.random.key(0), 29, 8, (16,), final_init_scale=1.0)

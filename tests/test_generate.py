@@ -174,8 +174,8 @@ def ant_experts(tmp_path_factory):
     """Two untrained (random) tiny ant experts saved as `ttt expert train` saves them."""
     import jax
 
-    from ttt.expert import save_actor
-    from ttt.sac import SACConfig, TanhGaussianActor
+    from ttt.data.expert import save_actor
+    from ttt.data.sac import SACConfig, TanhGaussianActor
 
     d = tmp_path_factory.mktemp("experts")
     cfg = SACConfig(actor_hidden_dims=(16,))

@@ -410,7 +410,7 @@ def test_a_signal_stops_pretraining_at_once_and_a_rerun_resumes(trained, tmp_pat
 
 
 def test_figure_two_shows_a_success_and_a_failure_side_by_side(tmp_path):
-    from ttt.report import plot_selection, selection_figures
+    from ttt.pipeline.report import plot_selection, selection_figures
 
     figs = tmp_path / "figures"
     figs.mkdir()

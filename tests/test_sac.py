@@ -1,4 +1,4 @@
-"""SAC (ttt.sac) and the ant expert's environment and training loop (ttt.expert)."""
+"""SAC (ttt.data.sac) and the ant expert's environment and training loop (ttt.data.expert)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ttt.expert import DirectionalAnt, NumpyExpert, load_actor, save_actor, train_expert
-from ttt.sac import (
+from ttt.data.expert import DirectionalAnt, NumpyExpert, load_actor, save_actor, train_expert
+from ttt.data.sac import (
     Replay,
     SACConfig,
     TanhGaussianActor,

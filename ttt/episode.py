@@ -32,6 +32,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ttt import select as _select
 from ttt.agents import get_backbone
+from ttt.checks import check_transforms
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
@@ -156,6 +157,7 @@ def make_round_fns(
 ):
     """`(prepare, adapt, act)` for one configuration (see the module docstring); all pure, unjitted, unbatched.
     `transforms` supplies the selection stages."""
+    transforms = check_transforms(transforms)  # a user's transform returning the wrong type: a TttError naming it
     backbone = get_backbone(backbone_name)
     sel = ttt.select
     oracle_critic = ttt.critic == "oracle"
@@ -204,6 +206,7 @@ def make_round_fns(
         )
         tuned, ft_metrics = finetune(agent0, opt_state0, k_ft, data, weights, goal)
         empty = metrics["empty"]
+        ft_metrics = {k: jnp.where(empty, jnp.nan, v) for k, v in ft_metrics.items()}  # nothing kept: nothing trained
         agent = jax.tree.map(
             lambda a, b: jnp.where(empty, a, b) if eqx.is_array(a) else a,
             agent0,
@@ -215,10 +218,12 @@ def make_round_fns(
 
 
 def make_act(backbone_name: str):
-    """`act(agent, obs, goal, key) -> action`: the backbone's mean action (temperature 0)."""
+    """`act(agent, obs, goal, key=None) -> action`: the backbone's mean action (temperature 0), deterministic, so
+    the key may be left out. `goal` is a goal OBSERVATION (the shape of `obs`), not goal coordinates."""
     backbone = get_backbone(backbone_name)
 
-    def act(agent, obs, goal, key: PRNGKeyArray):
+    def act(agent, obs, goal, key: PRNGKeyArray | None = None):
+        key = jax.random.key(0) if key is None else key  # temperature 0: the key draws nothing that is used
         return backbone.act(agent, obs, goal, key, 0.0)
 
     return act

@@ -11,9 +11,7 @@ goals depend on (evaluation seed, task, episode) only, so every training seed fa
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -22,15 +20,34 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ttt.data.generate import seed_env
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
+from ttt.envs.gym import make_gym_env, seed_env
 from ttt.episode import Transforms, TTTConfig, empty_round_metrics, make_act, make_episodes, make_round_fns, n_rounds
 from ttt.errors import TttError
+
+OGBENCH_TASKS = 5  # evaluation tasks of every OGBench environment this project uses (ids 1..5)
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
+    """What `evaluate` returns: NumPy arrays over the (seeds, tasks, episodes) grid, axis 0 the training seed (the
+    agents' leading axis), axis 1 the task in the order of `tasks`, axis 2 the episode; then per-episode axes.
+
+    - `success` (seeds, tasks, episodes), float32 0/1: the goal was reached within the step limit;
+    - `steps` (seeds, tasks, episodes), int32: environment steps taken (to success, or the limit);
+    - `rounds[name]` (seeds, tasks, episodes, rounds): each GC-TTT round's metrics (`ttt.episode.ROUND_METRICS`:
+      `n_rel` relevant rows, `n_selected` kept rows, `threshold` the worst kept score, `empty` nothing kept,
+      `n_train_rows`, `reach_frac`, `max_span`, ranking diagnostics, `loss_first` / `loss_last` the fine-tuning
+      loss at its first and last step) and `active` (the episode was still running). A round that kept nothing,
+      or that ran after its episode ended, reports NaN losses and thresholds: nothing was trained. Base policy:
+      one idle round;
+    - `observations` (seeds, tasks, episodes, max_steps, obs_dim): the observation after every step (frozen once
+      the episode ended); `starts`, `goals` (seeds, tasks, episodes, obs_dim): the first observation and the goal
+      OBSERVATION (its goal coordinates are `setup.spec.goal_coords(goal)`, e.g. the maze xy);
+    - `tasks`: the task ids of axis 1; `wall_s`: seconds the evaluation took, compilation included.
+    """
+
     success: np.ndarray  # (seeds, tasks, episodes) in {0, 1}
     steps: np.ndarray  # (seeds, tasks, episodes) environment steps taken
     tasks: tuple[int, ...]
@@ -54,13 +71,7 @@ class EvalResult:
         return self.success.mean(axis=(0, 2))
 
 
-def make_env(env_id: str, **kwargs):
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    warnings.filterwarnings("ignore")
-    import gymnasium
-    import ogbench  # noqa: F401
-
-    return gymnasium.make(env_id, **kwargs)
+make_env = make_gym_env  # deprecated name of `ttt.envs.gym.make_gym_env` (OGBench's gymnasium env, not an `Env`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +217,7 @@ def run_host(
         starts, goal_xy = jax.jit(jax.vmap(jax_env.sample_start_goal))(batch.reset_keys, jnp.asarray(batch.task))
         starts, goal_xy = np.asarray(starts), np.asarray(goal_xy)
     for b in range(B):
-        env = make_env(setup.spec.env_id, **(gym_kwargs or {}))
+        env = make_gym_env(setup.spec.env_id, **(gym_kwargs or {}))
         task = int(batch.task[b])
         ep_seed = int(np.random.SeedSequence([seed, int(batch.task[b]), int(batch.episode[b])]).generate_state(1)[0])
         seed_env(env, ep_seed)
@@ -338,7 +349,24 @@ def evaluate(
     """
     if driver not in ("compiled", "host"):
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
+    if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
+        raise TttError(f"episodes (per task and seed) must be an int >= 1, got {episodes!r}")
+    from ttt.checks import check_agents, check_tasks
     from ttt.envs.oracle import has_oracle, maze_oracle
+
+    spec = setup.spec
+    if (data.obs_dim, data.action_dim) != (spec.ob_dim, spec.action_dim):
+        raise TttError(f"data: observations of {data.obs_dim} and actions of {data.action_dim}, but the setup's "
+                       f"dataset {spec.name} has {spec.ob_dim} and {spec.action_dim}; load that dataset")  # fmt: skip
+    if driver == "compiled" and env is None:
+        from ttt.envs import make_env as make_jax_env
+
+        env = make_jax_env(spec.env_id, backend=setup.backend)
+    if env is not None and (env.obs_dim, env.action_dim) != (spec.ob_dim, spec.action_dim):
+        raise TttError(f"env: {env.env_id} has observations of {env.obs_dim} and actions of {env.action_dim}, but the "
+                       f"setup's dataset {spec.name} has {spec.ob_dim} and {spec.action_dim}")  # fmt: skip
+    tasks = check_tasks(tasks, OGBENCH_TASKS if env is None else env.num_tasks, spec.env_id)
+    n_seeds = check_agents(agents, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim)
 
     oracle = None
     if setup.ttt is not None and has_oracle(setup.spec.env_id):
@@ -347,7 +375,6 @@ def evaluate(
         raise TttError(
             f"critic 'oracle' needs a maze oracle, which {setup.spec.env_id} lacks (point mazes without teleports)"
         )
-    n_seeds = int(jax.tree.leaves(eqx.filter(agents, eqx.is_array))[0].shape[0])
     eb = episode_batch(seed, n_seeds, tuple(tasks), episodes)
     total = len(eb)
     batch_sh, repl = batch_sharding(n_devices if driver == "compiled" else 1)
@@ -359,9 +386,6 @@ def evaluate(
     t0 = time.perf_counter()
     outs = []
     if driver == "compiled":
-        from ttt.envs import make_env as make_jax_env
-
-        env = make_jax_env(setup.spec.env_id, backend=setup.backend) if env is None else env
         program = _cached(make_compiled, setup)
         put = _put_global if jax.process_count() > 1 else jax.device_put
         agents_r, opt_r, data_r = (put(x, repl) if x is not None else None for x in (agents, opt_states, data))
@@ -420,3 +444,57 @@ def evaluate(
         goals=grid(cat["goal"]),
         wall_s=wall,
     )
+
+
+class _FromStartGoal(eqx.Module):
+    """An in-program env whose every reset starts at `init_xy` with the goal at `goal_xy` (goal coordinates)."""
+
+    env: Any
+    init_xy: jax.Array
+    goal_xy: jax.Array
+
+    def reset(self, key, task):
+        return self.env.reset_to(self.init_xy, self.goal_xy)
+
+    def step(self, state, action):
+        return self.env.step(state, action)
+
+
+def run_episode(setup: EvalSetup, agent, data, env, start_xy, goal_xy, *, key=None, opt_state=None):
+    """One episode of `setup` (base or GC-TTT) from a start and goal of your own, as the compiled program.
+
+    **Arguments:** `agent`: ONE agent (not seed-stacked: take seed `i` of `load_run`'s agents with
+    `jax.tree.map(lambda x: x[i] if eqx.is_array(x) else x, agents)`); `env`: an in-program `Env`; `start_xy`,
+    `goal_xy`: GOAL COORDINATES of the start and the goal, shape `(env.goal_dim,)` (the maze xy; the goal
+    observation is made by `env.reset_to`); `key`: the episode's GC-TTT key (default `jax.random.key(0)`);
+    `opt_state`: with `reuse_adam`, the agent's Adam state.
+
+    **Returns** the `ttt.episode.EpisodeOut` as NumPy arrays: `success`, `steps`, `start`, `goal` (observations),
+    `observations` and `actions` (max_steps, ...), `rounds` (name -> (rounds,)).
+    """
+    from ttt.checks import check_agents, check_vector
+    from ttt.envs.oracle import has_oracle, maze_oracle
+
+    spec = setup.spec
+    if env is None or not hasattr(env, "reset_to"):
+        raise TttError(f"env must be an in-program environment (ttt.envs.Env), got {type(env).__name__}; "
+                       f"{spec.env_id} without one runs on the host driver (evaluate, driver='host')")  # fmt: skip
+    check_agents(agent, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim, stacked=False)
+    what = f"goal coordinates of {env.env_id} (e.g. the maze xy)"
+    start = check_vector("start_xy", start_xy, env.goal_dim, what)
+    goal = check_vector("goal_xy", goal_xy, env.goal_dim, what)
+    key = jax.random.key(0) if key is None else key
+    oracle = maze_oracle(spec.env_id) if setup.ttt is not None and has_oracle(spec.env_id) else None
+    stack = lambda tree: jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, tree)  # noqa: E731
+    out = _cached(make_compiled, setup)(
+        stack(agent),
+        None if opt_state is None else stack(opt_state),
+        _FromStartGoal(env, start, goal),
+        data,
+        jnp.zeros((1,), jnp.int32),
+        key[None],
+        key[None],
+        jnp.ones((1,), jnp.int32),
+        oracle,
+    )
+    return jax.tree.map(lambda x: np.asarray(x[0]), out)

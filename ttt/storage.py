@@ -1,5 +1,8 @@
 """Files the package writes: atomic writes, strictly valid JSON, writable-directory checks and content checksums.
 
+The one writer of the package: every module that saves a file (datasets, checkpoints, experts, results, reports)
+calls the functions here; this module imports nothing of `ttt` but `TttError`.
+
 Every result, cache entry and checkpoint goes through `atomic_write_text` / `atomic_write_bytes` (a temporary file
 in the same directory, fsynced, then `os.replace`), so a path either holds a whole file or none, whatever moment a
 process is killed at. JSON is strict (`allow_nan=False`): non-finite floats are written as null.
@@ -82,6 +85,18 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int | None = 1)
     atomic_write_text(path, dumps(obj, indent=indent))
 
 
+def atomic_save_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress: bool = True) -> None:
+    """Write `arrays` as an .npz (zip-compressed when `compress`) so that `path` holds the whole file or none."""
+    atomic_write_bytes(path, lambda f: (np.savez_compressed if compress else np.savez)(f, **arrays))
+
+
+def atomic_write_pickle(path: str | os.PathLike, obj: Any) -> None:
+    """`obj` pickled (highest protocol) so that `path` holds the whole file or none."""
+    import pickle
+
+    atomic_write_bytes(path, lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def writable_dir(path: str | os.PathLike, what: str) -> Path:
     """Create `path` (and parents) if missing and check that files can be written in it; else a one-line error
     naming `what` (e.g. '--out')."""
@@ -107,6 +122,21 @@ def writable_file(path: str | os.PathLike, what: str) -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         raise TttError(f"{what} {path} is not writable; give a writable file path")
     return path
+
+
+def array_digest(arrays: dict[str, np.ndarray]) -> str:
+    """sha256 over the arrays' names, dtypes, shapes and bytes (file bytes vary with zip timestamps)."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        a = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def digest(obj: Any) -> str:
+    """A short content key: the first 12 hex digits of the sha256 of `obj` as sorted JSON (non-JSON values as str)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def file_sha256(path: str | os.PathLike) -> str:

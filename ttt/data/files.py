@@ -1,4 +1,4 @@
-"""Dataset files on disk: where they live, atomic writes, listing, and format/content checks."""
+"""Dataset files on disk: where they live, listing, and format/content/checksum checks; `load` -> `Dataset`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from ttt.data.specs import SPECS, DatasetSpec, get_spec
 from ttt.errors import TttError
+from ttt.storage import array_digest
 
 OGBENCH_DEFAULT_DIR = "~/.ogbench/data"  # ogbench.utils.DEFAULT_DATASET_DIR
 REQUIRED_KEYS = ("observations", "actions", "terminals")
@@ -56,29 +57,6 @@ def resolve_dir(directory: str | os.PathLike | None, create_default: bool = Fals
         except OSError as e:
             raise TttError(f"directory {path} is not writable: {e.strerror}") from None
     return path
-
-
-def atomic_save_npz(path: Path, arrays: dict[str, np.ndarray], compress: bool = True) -> None:
-    """Write an .npz so that `path` either does not exist or holds the whole file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            (np.savez_compressed if compress else np.savez)(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def read_npz(path: Path, spec: DatasetSpec | None = None) -> dict[str, np.ndarray]:
@@ -196,8 +174,6 @@ def _check_maze_contents(fail, obs: np.ndarray, spec: DatasetSpec) -> None:
 def check_digest(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """Compare the arrays with the sha256 that generation recorded in the sidecar `NAME.json` / `NAME-val.json`
     (when there is one): changed bytes that still form a valid file are reported, naming both digests."""
-    from ttt.data.generate import array_digest
-
     sidecar = Path(path).with_suffix(".json")
     if not sidecar.exists():
         return

@@ -24,35 +24,27 @@ import os
 import shutil
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from ttt import __version__
-from ttt.data.files import atomic_save_npz, resolve_dir
+from ttt._version import __version__
+from ttt.data.files import resolve_dir
 from ttt.data.specs import DatasetSpec, get_spec
+from ttt.envs.gym import make_gym_env, oracle_direction, seed_env, upside_down
 from ttt.errors import TttError
+from ttt.storage import array_digest, atomic_save_npz, atomic_write_text, writable_dir
 
 KEYS = ("observations", "actions", "terminals", "qpos", "qvel")
 BLOCK_EPISODES = 25  # episodes per cached block (resume granularity)
 
 
-def _quiet() -> None:
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    warnings.filterwarnings("ignore")
-
-
 def _make_env(spec: DatasetSpec):
-    _quiet()
-    import gymnasium
-    import ogbench  # noqa: F401  (registers the environments)
-
     kwargs = dict(terminate_at_goal=False, max_episode_steps=spec.episode_rows)
     if spec.family == "cube":
         kwargs["mode"] = "data_collection"
-    return gymnasium.make(spec.env_id, **kwargs)
+    return make_gym_env(spec.env_id, **kwargs)
 
 
 def _episode_seed(seed: int, split: int, episode: int) -> int:
@@ -93,22 +85,6 @@ def cells_at_bfs_distance(maze_map: np.ndarray, start: tuple[int, int], steps: i
                 if dist[ni, nj] == steps:
                     found.append((ni, nj))
     return found
-
-
-def seed_env(env, seed: int) -> None:
-    """Seed what an OGBench reset draws from beyond ``env.reset(seed=...)``: NumPy's global generator (the noise on
-    a maze's start and goal) and the action space's own (the random steps before the goal observation)."""
-    np.random.seed(seed % 2**32)
-    env.action_space.seed(seed)
-
-
-def oracle_direction(env) -> np.ndarray:
-    """Unit vector from the agent towards OGBench's BFS oracle subgoal."""
-    u = env.unwrapped
-    xy = u.get_xy()
-    subgoal_xy, _ = u.get_oracle_subgoal(xy, u.cur_goal_xy)
-    d = subgoal_xy - xy
-    return d / (np.linalg.norm(d) + 1e-6)
 
 
 def _maze_episode(env, spec: DatasetSpec, rng_seed: int, noise: float, expert=None) -> dict[str, np.ndarray]:
@@ -179,7 +155,7 @@ def generate_episodes(
     spec: DatasetSpec, seed: int, split: int, episodes: range, noise: float | None = None, expert=None
 ) -> dict[str, np.ndarray]:
     """Generate the given episodes of one split (0 train, 1 val) and return them concatenated. ``expert``
-    (antmaze only): the deterministic locomotion policy, e.g. ``ttt.expert.NumpyExpert``."""
+    (antmaze only): the deterministic locomotion policy, e.g. ``ttt.data.expert.NumpyExpert``."""
     noise = spec.noise if noise is None else noise
     if spec.needs_expert and expert is None:
         raise TttError(f"{spec.name} is generated with an ant expert: pass one (`--expert PATH`)")
@@ -242,16 +218,6 @@ class GenerationPlan:
         return out
 
 
-def array_digest(arrays: dict[str, np.ndarray]) -> str:
-    """sha256 over the arrays' names, dtypes, shapes and bytes (file bytes vary with zip timestamps)."""
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        a = np.ascontiguousarray(arrays[k])
-        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
 def generate(
     name: str,
     episodes: int | None = None,
@@ -281,8 +247,6 @@ def generate(
     if noise < 0:
         raise TttError(f"--noise must be >= 0, got {noise}")
     if directory is not None:
-        from ttt.storage import writable_dir
-
         writable_dir(directory, "--dir")
     out_dir = resolve_dir(directory, create_default=True, writable=True)
     train_path, val_path = out_dir / f"{name}.npz", out_dir / f"{name}-val.npz"
@@ -295,7 +259,7 @@ def generate(
                 f"{name} is generated with a trained ant expert: pass --expert PATH "
                 "(train one with `ttt expert train ant`)"
             )
-        from ttt.expert import NumpyExpert, load_actor
+        from ttt.data.expert import NumpyExpert, load_actor  # (JAX is imported only for the antmaze datasets)
 
         actor, _, _ = load_actor(expert)
         policy = NumpyExpert(actor)
@@ -361,9 +325,7 @@ def generate(
             generator=f"ttt {__version__}",
             created=time.strftime("%Y-%m-%dT%H:%M:%S"),
         )
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, path.with_suffix(".json"))
+        atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
         paths.append(path)
     shutil.rmtree(cache, ignore_errors=True)
     return paths[0], paths[1]
@@ -411,12 +373,6 @@ def _episode_stats(spec: DatasetSpec, parts: list) -> dict:
         first_arrival_median=float(np.median(first[hit])) if hit.any() else None,
         first_arrival_p90=float(np.percentile(first[hit], 90)) if hit.any() else None,
     )
-
-
-def upside_down(qpos: np.ndarray) -> np.ndarray:
-    """Whether the ant's torso is upside down (its z-axis points down), from ``qpos[..., 3:7]`` (w, x, y, z)."""
-    qx, qy = qpos[..., 4], qpos[..., 5]
-    return 1.0 - 2.0 * (qx**2 + qy**2) < 0.0
 
 
 def _flip_stats(spec: DatasetSpec, arrays: dict) -> dict:

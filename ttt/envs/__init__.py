@@ -9,8 +9,25 @@ env from Python.
 
 from __future__ import annotations
 
-from ttt.envs.base import Env, State
-from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
+from typing import TYPE_CHECKING
+
+from ttt._lazy import exports
+
+_LAZY = {  # imported on first use, so that the host-side helpers (`ttt.envs.gym`) load without JAX
+    "Env": "ttt.envs.base",
+    "State": "ttt.envs.base",
+    "BACKENDS": "ttt.envs.pointmaze",
+    "PointMaze": "ttt.envs.pointmaze",
+    "PointMazeState": "ttt.envs.pointmaze",
+    "impose_start_goal": "ttt.envs.pointmaze",
+}
+
+__getattr__, __dir__ = exports(__name__, _LAZY)
+
+
+if TYPE_CHECKING:
+    from ttt.envs.base import Env, State
+    from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
 
 JAX_ENVS: tuple[str, ...] = (
     "pointmaze-medium-v0",
@@ -37,6 +54,8 @@ def has_jax_env(env_id: str) -> bool:
 
 def make_env(env_id: str, backend: str = "mujoco") -> Env:
     """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or 'mjx')."""
+    from ttt.envs.pointmaze import PointMaze
+
     if env_id in HOST_ONLY_ENVS:
         raise ValueError(f"{env_id} has no in-program env ({HOST_ONLY_ENVS[env_id]}); use the host driver")
     if env_id not in JAX_ENVS:

@@ -51,6 +51,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 from ttt.envs.base import Env
+from ttt.errors import TttError
 
 BACKENDS = ("mujoco", "mjx")
 ACTION_SCALE = 0.2  # ogbench/locomaze/point.py: ``qpos += 0.2 * action``
@@ -252,6 +253,10 @@ class PointMaze(Env):
         ``key`` (typed) seeds the teleport exit draws of the episode (default ``jax.random.key(0)``); mazes
         without teleports ignore it and carry no key.
         """
+        for name, xy in (("init_xy", init_xy), ("goal_xy", goal_xy)):  # no silent broadcasting of a user's input
+            if jnp.shape(xy) != (2,):
+                raise TttError(f"reset_to: {name} must be the maze's xy coordinates, shape (2,), got shape "
+                               f"{jnp.shape(xy)}; vmap for a batch")  # fmt: skip
         qpos = jnp.asarray(init_xy, self.init_xy.dtype)
         goal = jnp.asarray(goal_xy, self.init_xy.dtype)
         data = None

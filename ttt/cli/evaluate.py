@@ -1,0 +1,265 @@
+"""`ttt eval`: evaluate a checkpoint, base policy and GC-TTT variants (`ttt.setups.make_setup`,
+`ttt.evaluate.evaluate`); `--json` keeps each finished variant, keyed by content, so a rerun resumes."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ttt.cli.common import ProgressBar
+from ttt.errors import TttError
+
+
+@click.command("eval")
+@click.argument("checkpoint")
+@click.option("--episodes", type=int, default=10, show_default=True, help="Episodes per task and seed.")
+@click.option("--tasks", type=str, default="1,2,3,4,5", show_default=True, help="Comma-separated task ids.")
+@click.option("--dir", "directory", type=str, default=None, help="Dataset directory (default: OGBench's).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Evaluation seed (start/goal noise, TTT keys).")
+@click.option("--json", "json_out", type=str, default=None, help="Write per-episode results to this JSON file.")
+@click.option("--dataset", type=str, default=None, help="Dataset to evaluate on (default: the checkpoint's).")
+@click.option(
+    "--variants",
+    type=str,
+    default="base,ttt",
+    show_default=True,
+    help="Comma-separated: base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (GC-TTT without critic).",
+)
+@click.option("--K", "K", type=int, default=100, show_default=True, help="TTT period: environment steps per round.")
+@click.option("--N", "N", type=int, default=100, show_default=True, help="Fine-tuning steps per round.")
+@click.option("--lr", type=float, default=3e-4, show_default=True, help="Fine-tuning learning rate.")
+@click.option("--q", type=float, default=0.05, show_default=True, help="Fraction of relevant sub-trajectories kept.")
+@click.option("--eps", type=float, default=None, help="Relevance radius (default: the environment's goal threshold).")
+@click.option("--h-min", type=int, default=10, show_default=True, help="Shortest sub-trajectory with a critic.")
+@click.option("--mix", type=float, default=0.0, show_default=True, help="Fraction of TTT batches drawn uniformly.")
+@click.option("--batch", type=int, default=None, help="TTT batch size (default: the pre-training one).")
+@click.option(
+    "--driver",
+    type=click.Choice(["auto", "compiled", "host"]),
+    default="auto",
+    show_default=True,
+    help="compiled: whole episodes as one program (envs with a JAX implementation); host: OGBench's gym env.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["mujoco", "mjx"]),
+    default="mujoco",
+    show_default=True,
+    help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (for GPUs).",
+)
+@click.option("--chunk", type=int, default=25, show_default=True, help="Episodes per compiled program call.")
+@click.option(
+    "--rule",
+    type=click.Choice(["paper", "episodes", "mc-episodes"]),
+    default=None,
+    help="Selection rule: paper (the paper's text), episodes (published code, critic; variant ttt), mc-episodes "
+    "(published code, critic-free; variant ttt-mc). Default: episodes for ttt, paper for ttt-mc. See "
+    "docs/algorithm.md.",
+)
+@click.option(
+    "--critic",
+    type=click.Choice(["learned", "oracle"]),
+    default="learned",
+    show_default=True,
+    help="Values for selection: the learned critic, or the maze oracle (point mazes; selection only).",
+)
+@click.option("--n-episodes", type=int, default=10, show_default=True, help="Rule episodes: episodes kept.")
+@click.option("--slack", type=int, default=10, show_default=True, help="Rule mc-episodes: rows kept past the goal.")
+@click.option("--once", is_flag=True, help="Fine-tune once, at the episode's start (K = the episode length).")
+@click.option(
+    "--reset-after-horizon", is_flag=True, help="Act with the pre-trained agent past the round's longest kept span."
+)
+@click.option("--reuse-adam", is_flag=True, help="Fine-tune from the pre-training Adam state, not a fresh one.")
+def eval_cmd(
+    checkpoint,
+    episodes,
+    tasks,
+    directory,
+    seed,
+    json_out,
+    dataset,
+    variants,
+    K,
+    N,
+    lr,
+    q,
+    eps,
+    h_min,
+    mix,
+    batch,
+    driver,
+    backend,
+    chunk,
+    rule,
+    critic,
+    n_episodes,
+    slack,
+    once,
+    reset_after_horizon,
+    reuse_adam,
+):
+    """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
+
+    from ttt.data.files import load
+    from ttt.data.specs import get_spec
+    from ttt.envs import has_jax_env
+    from ttt.envs.gym import max_episode_steps
+    from ttt.evaluate import evaluate
+    from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
+    from ttt.setups import VARIANTS
+
+    meta = read_meta(checkpoint)
+    try:
+        task_ids = tuple(int(t) for t in tasks.split(","))
+    except ValueError:
+        raise TttError(f"--tasks must be comma-separated integers, got '{tasks}'") from None
+    if episodes < 1:
+        raise TttError(f"--episodes must be >= 1, got {episodes}")
+    if chunk < 1:
+        raise TttError(f"--chunk must be >= 1 episodes, got {chunk}")
+    names = tuple(v.strip() for v in variants.split(",") if v.strip())
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or not names:
+        raise TttError(f"unknown variant(s) {', '.join(bad) or '(none)'}; valid: {', '.join(VARIANTS)}")
+    if critic == "oracle" and "ttt" not in names:
+        raise TttError("--critic oracle replaces the learned critic of variant ttt; add ttt to --variants")
+    dataset = meta["dataset"] if dataset is None else dataset
+    spec = get_spec(dataset)
+    check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, checkpoint)
+    max_steps = max_episode_steps(spec.env_id)
+    bad_tasks = [t for t in task_ids if not 1 <= t <= 5]
+    if bad_tasks:
+        raise TttError(f"--tasks: task {bad_tasks[0]} does not exist in {spec.env_id}; valid: 1..5")
+    if len(set(task_ids)) != len(task_ids):
+        raise TttError(f"--tasks must be distinct task ids in 1..5, got '{tasks}'")
+    if seed < 0:
+        raise TttError(f"--seed must be >= 0, got {seed}")
+    if driver == "auto":
+        driver = "compiled" if has_jax_env(spec.env_id) else "host"
+    elif driver == "compiled" and not has_jax_env(spec.env_id):
+        raise TttError(f"--driver compiled: {spec.env_id} has no in-program environment; use --driver host")
+    if backend == "mjx" and driver == "host":
+        raise TttError(
+            f"--backend mjx is the physics of the compiled driver; {spec.env_id} runs on the host driver "
+            "(OGBench's gym env, C MuJoCo): leave out --backend or use --backend mujoco"
+        )
+    if json_out:
+        from ttt.storage import writable_file
+
+        writable_file(json_out, "--json")
+    from ttt.pretrain import backbone_config
+    from ttt.setups import make_setup
+
+    cfg, sampler = backbone_config(meta), sampler_config(meta)
+    settings = dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch, rule=rule, critic=critic,
+                    n_episodes=n_episodes, slack=slack, once=once, reset_after_horizon=reset_after_horizon,
+                    reuse_adam=reuse_adam)  # fmt: skip
+    option = lambda name: "--" + name.replace("_", "-")  # noqa: E731  (errors name the command line's options)
+    setups = {
+        name: make_setup(name, meta["backbone"], cfg, sampler, spec, max_steps, backend=backend, label=option,
+                         **settings)
+        for name in names
+    }  # fmt: skip
+    data = load(dataset, directory)
+    check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
+    states, meta = load_checkpoint(checkpoint, meta)
+    import jax
+
+    from ttt.storage import atomic_write_json, read_json
+
+    writer = bool(json_out) and jax.process_index() == 0  # one writer in a multi-process run
+    doc = dict(
+        checkpoint=str(checkpoint),
+        agent=meta["agent"],
+        dataset=dataset,
+        step=meta["step"],
+        profile=meta.get("profile"),
+        tasks=list(task_ids),
+        episodes=episodes,
+        seed=seed,
+        driver=driver,
+        backend=backend,
+        variants={},
+    )
+    # The key of a variant's result: the checkpoint's content and every setting that changes it. A rerun with the
+    # same --json keeps the variants it finished (an interrupted evaluation resumes at the next variant).
+    from ttt.storage import digest
+
+    ck = dict(state=meta.get("state_sha256") or meta["state_file"], step=meta["step"], data=meta["dataset_hash"])
+    old = read_json(json_out) if json_out else None
+    old_variants = old.get("variants", {}) if isinstance(old, dict) and isinstance(old.get("variants"), dict) else {}
+    for name, setup in setups.items():
+        vkey = digest(dict(checkpoint=ck, variant=name, tasks=task_ids, episodes=episodes, seed=seed, driver=driver,
+                            backend=backend, ttt=_ttt_doc(setup)))  # fmt: skip
+        prev = old_variants.get(name)
+        if isinstance(prev, dict) and prev.get("key") == vkey and "success" in prev:
+            doc["variants"][name] = prev
+            click.echo(f"{name}: kept from {json_out} (same checkpoint and settings)")
+            _echo_variant(name, prev, meta, dataset, task_ids, episodes, driver)
+            continue
+        with ProgressBar(f"{name} {meta['agent']}") as bar:
+            res = evaluate(
+                setup,
+                states.agent,
+                data,
+                opt_states=states.opt_state if setup.ttt is not None and setup.ttt.finetune.reuse_opt_state else None,
+                episodes=episodes,
+                tasks=task_ids,
+                seed=seed,
+                driver=driver,
+                batch_size=chunk,
+                progress=bar,
+            )
+        doc["variants"][name] = dict(_result_doc(res, setup), key=vkey)
+        _echo_variant(name, doc["variants"][name], meta, dataset, task_ids, episodes, driver)
+        if writer:  # after every variant: an interrupted evaluation keeps the finished ones
+            atomic_write_json(json_out, _flat(doc))
+    if writer:
+        atomic_write_json(json_out, _flat(doc))
+
+
+def _flat(doc: dict) -> dict:
+    """Single-variant runs keep the flat layout of the base evaluation too."""
+    doc = dict(doc)
+    if len(doc["variants"]) == 1:
+        only = next(iter(doc["variants"].values()))
+        doc.update({k: only[k] for k in ("mean", "se", "success", "steps")})
+    return doc
+
+
+def _echo_variant(name, vd, meta, dataset, task_ids, episodes, driver) -> None:
+    import numpy as np
+
+    success = np.asarray(vd["success"], float)
+    per_seed = success.mean(axis=(1, 2))
+    se = vd["se"] if vd["se"] is not None else float("nan")
+    rate = f"; {success.size / vd['wall_s']:.2f} episodes/s" if vd.get("wall_s") else ""
+    click.echo(
+        f"{name}: {meta['agent']} on {dataset} (step {meta['step']}, {meta['seeds']} seeds x "
+        f"{len(task_ids)} tasks x {episodes} episodes, {driver}): success {vd['mean']:.3f} +- {se:.3f} (s.e. over "
+        f"seeds){rate}"
+    )
+    per_task = zip(task_ids, success.mean(axis=(0, 2)), strict=True)
+    click.echo("  per task: " + ", ".join(f"task{t} {r:.2f}" for t, r in per_task))
+    click.echo("  per seed: " + ", ".join(f"{r:.2f}" for r in per_seed))
+
+
+def _ttt_doc(setup) -> dict | None:
+    import dataclasses as dc
+
+    if setup.ttt is None:
+        return None
+    doc = json.loads(json.dumps(dc.asdict(setup.ttt), default=str))
+    doc["select"]["rule_used"] = setup.ttt.select.rule_used  # rule None: the mode's default
+    return doc
+
+
+def _result_doc(res, setup) -> dict:
+    mean, se = res.mean_and_se()
+    doc = dict(mean=mean, se=se, success=res.success.tolist(), steps=res.steps.tolist(), wall_s=res.wall_s)
+    doc["episodes_per_s"] = res.success.size / res.wall_s if res.wall_s else None
+    if setup.ttt is not None:
+        doc["ttt"] = _ttt_doc(setup)
+        doc["rounds"] = {k: v.tolist() for k, v in (res.rounds or {}).items()}
+    return doc

@@ -1,0 +1,74 @@
+"""`ttt run` and `ttt report`: pipelines (`ttt.pipeline.run_pipeline`) and their reports."""
+
+from __future__ import annotations
+
+import click
+
+from ttt.cli.common import ProgressBar
+from ttt.errors import TttError
+
+
+@click.command("run")
+@click.argument("pipeline")
+@click.option("--set", "sets", multiple=True, help="Override a run key in every run: key=value (repeatable).")
+@click.option("--out", type=str, default=None, help="Output directory (default: runs/<pipeline name>).")
+@click.option("--cache", type=str, default=None, help="Artifact cache (default: $TTT_CACHE or ~/.cache/ttt).")
+@click.option(
+    "--stages", type=str, default="data,pretrain,eval", show_default=True, help="Stages allowed to produce artifacts."
+)
+@click.option("--only", type=str, default=None, help="Run only the runs whose names match these globs (a,b*,...).")
+@click.option("--dry-run", is_flag=True, help="Validate the pipeline and list its runs; run nothing.")
+def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
+    """Run a pipeline (a name in pipelines/ or a .toml path): data, pre-training, evaluation, report."""
+    from ttt.pipeline import (
+        cache_root,
+        find_pipeline,
+        load_pipeline,
+        parse_sets,
+        run_pipeline,
+        select_runs,
+        validate_run,
+    )
+
+    full = load_pipeline(find_pipeline(pipeline), parse_sets(sets))
+    pipe = select_runs(full, only)
+    out = out or f"runs/{pipe.name}"
+    stage_list = tuple(s.strip() for s in stages.split(",") if s.strip())
+    click.echo(f"pipeline {pipe.name}: {len(pipe.runs)} runs -> {out} (cache {cache_root(cache)})")
+    if dry_run:
+        for r in pipe.runs:
+            validate_run(r)
+        for r in pipe.runs:
+            tt = "" if r["variant"] == "base" else f" lr {r['lr']:g} N {r['N']} K {r['K']} q {r['q']:g}"
+            click.echo(
+                f"  {r['name']}: {r['agent']} {r['variant']} on {r['dataset']} ({r['profile']}, {r['seeds']} seeds, "
+                f"{r['episodes']} episodes x {len(r['tasks'])} tasks){tt}"
+            )
+        return
+    result = run_pipeline(
+        pipe,
+        out,
+        cache,
+        stage_list,
+        bar=lambda desc, unit: ProgressBar(desc, unit),
+        echo=click.echo,
+        all_names=[r["name"] for r in full.runs],
+    )
+    click.echo(f"done in {result.wall_s:.0f} s: {out}/results.json, results.csv, report.md, plots/")
+
+
+@click.command("report")
+@click.argument("run_dirs", nargs=-1, required=True)
+@click.option("--out", type=str, default=None, help="Combined report directory (needed for several RUN_DIRs).")
+def report_cmd(run_dirs, out):
+    """Rebuild report.md and plots from saved pipeline results (one directory in place, or several combined)."""
+    from pathlib import Path
+
+    from ttt.pipeline import combine, write_report
+
+    if len(run_dirs) == 1 and out is None:
+        write_report(run_dirs[0], echo=click.echo)
+    elif out is None:
+        raise TttError("several RUN_DIRs are combined into one report: give --out DIR")
+    else:
+        combine(list(run_dirs), Path(out), echo=click.echo)

@@ -1,0 +1,117 @@
+"""The arrays a pipeline keeps beside its results: per-task evaluation parts (read back with `load_npz`, which
+treats a corrupt file as missing) and the selection figures (the data selected in each round of one episode,
+recomputed with the episode's own keys and checked against what the episode recorded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ttt.storage import atomic_save_npz
+
+
+def load_npz(path: Path) -> dict | None:
+    """A cached .npz's arrays, or None when it is truncated or corrupt (its zip checksums fail)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except Exception:  # noqa: BLE001  (any failure to read a cache entry means: rebuild it)
+        return None
+
+
+def nan_to_none(x: np.ndarray):
+    x = np.asarray(x)
+    if x.dtype.kind == "f":
+        return np.where(np.isnan(x), None, np.round(x.astype(np.float64), 6)).tolist()
+    return x.astype(int).tolist() if x.dtype.kind == "b" else x.tolist()
+
+
+def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_segments: int = 150) -> None:
+    """The data selected in each round of two episodes of seed 0 on the first task, its first success and its
+    first failure (where it has them), side by side in the report: `PATH.success.npz` and `PATH.failure.npz`
+    (`path` names `figures/NAME.npz`). Each is recomputed with the episode's own keys and checked against the
+    round metrics the episode recorded, plus the maze walls."""
+    for old in (path, path.with_suffix(".success.npz"), path.with_suffix(".failure.npz")):
+        old.unlink(missing_ok=True)
+    for outcome, hit in (("success", True), ("failure", False)):
+        eps = np.flatnonzero((res.success[0, 0] > 0) == hit)
+        if len(eps):
+            _save_episode_selection(run, setup, agents, data, res, int(eps[0]),
+                                    path.with_suffix(f".{outcome}.npz"), max_segments)  # fmt: skip
+
+
+def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: Path, max_segments: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from ttt.envs.gym import make_gym_env
+    from ttt.episode import make_round_fns, round_keys
+    from ttt.evaluate import episode_batch
+
+    ttt = setup.ttt
+    prepare, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, ttt, setup.transforms)
+    agent0 = jax.tree.map(lambda x: x[0] if hasattr(x, "shape") and x.ndim > 0 else x, agents)
+    n_seeds, _, n_eps = res.success.shape
+    eb = episode_batch(run["eval_seed"], n_seeds, (run["tasks"][0],), n_eps)
+    ttt_key = eb.ttt_keys[e * n_seeds]  # the grid is episode-major, seed fastest
+    start, goal = jnp.asarray(res.starts[0, 0, e]), jnp.asarray(res.goals[0, 0, e])
+    from ttt.envs.oracle import has_oracle, maze_oracle
+
+    oracle = maze_oracle(setup.spec.env_id) if has_oracle(setup.spec.env_id) else None
+    tables = jax.jit(prepare)(agent0, data, goal, oracle)
+    steps = int(res.steps[0, 0, e])
+    obs = res.observations[0, 0, e]
+    sel = ttt.select
+    goal_xy = setup.spec.goal_coords(goal)
+
+    @jax.jit
+    def round_mask(key, tables, data, state):  # the dataset is an argument, never a captured constant
+        from ttt.select import round_spans
+
+        rel = setup.transforms.relevance(tables, data, setup.spec.goal_coords(state), sel, setup.spec.goal_eps, None)
+        return round_spans(key, tables, data, rel, sel, setup.transforms.select)
+
+    rng = np.random.default_rng(0)
+    segs, seg_round, round_start, n_sel = [], [], [], []
+    r = 0
+    while r * ttt.K < max(steps, 1):
+        state = start if r == 0 else jnp.asarray(obs[r * ttt.K - 1])
+        k_adapt, _ = round_keys(ttt_key, r)
+        k_sel, _ = jax.random.split(k_adapt)
+        s = round_mask(k_sel, tables, data, state)
+        rows = np.flatnonzero(np.asarray(s.mask))
+        ends = np.asarray(s.ends)
+        n_sel.append(len(rows))
+        round_start.append(np.asarray(state)[:2])
+        for j in rng.choice(rows, size=min(max_segments, len(rows)), replace=False) if len(rows) else []:
+            segs.append(np.asarray(data.observations[j : ends[j] + 1, :2]))
+            seg_round.append(r)
+        r += 1
+    recorded = np.asarray(res.rounds["n_selected"][0, 0, e][: len(n_sel)])
+    env = make_gym_env(setup.spec.env_id)
+    u = env.unwrapped
+    walls = [(j * u._maze_unit - u._offset_x, i * u._maze_unit - u._offset_y) for i, j in np.argwhere(u.maze_map)]
+    bg_eps = rng.choice(int(np.asarray(data.ep_id).max()) + 1, size=min(100, int(np.asarray(data.ep_id).max()) + 1),
+                        replace=False)  # fmt: skip
+    ep_id = np.asarray(data.ep_id)
+    bg = [np.asarray(data.observations)[ep_id == e, :2][::5] for e in bg_eps]
+    lens = np.array([len(s) for s in segs], np.int32)
+    arrays = dict(
+        traj=np.concatenate([np.asarray(start)[None, :2], obs[:steps, :2]]),
+        goal=np.asarray(goal_xy),
+        success=res.success[0, 0, e],
+        episode=np.int32(e),
+        K=ttt.K,
+        round_start=np.array(round_start),
+        n_selected=np.array(n_sel),
+        n_selected_recorded=recorded,
+        seg_xy=np.concatenate(segs) if segs else np.zeros((0, 2), np.float32),
+        seg_len=lens,
+        seg_round=np.array(seg_round, np.int32),
+        walls=np.array(walls, np.float32),
+        maze_unit=np.float32(u._maze_unit),
+        bg_xy=np.concatenate(bg),
+        bg_len=np.array([len(b) for b in bg], np.int32),
+    )
+    atomic_save_npz(path, arrays, compress=False)

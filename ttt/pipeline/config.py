@@ -1,0 +1,407 @@
+"""Declarative TOML pipelines: the schema of a run, loading, `--set` overrides and validation.
+
+A pipeline file is::
+
+    name = "quickstart"                 # optional; default: the file name
+    description = "..."                 # optional
+    [defaults]                          # run keys shared by every run (optional)
+    dataset = "pointmaze-medium-navigate-v0"
+    [[run]]                             # one evaluated row each: dataset x agent x variant x settings
+    name = "gcbc-ttt"
+    agent = "gcbc"
+    variant = "ttt"
+    grid = { N = [50, 100], lr = [3e-4, 3e-5] }   # optional: one run per combination, named name-N50-lr0.0003
+
+Every run is resolved to a flat dict holding EVERY key of `RUN_KEYS` (defaults filled in), so the results say
+exactly what ran. Unknown keys (in the file, a run, a grid, or `--set`) are errors that list the valid keys; wrong
+types and out-of-range values name the key. `--set key=value` overrides the key in every run (after the file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ttt.errors import TttError
+
+VARIANTS = ("base", "ttt", "ttt-mc")
+SELECTIONS = ("both", "relevant", "optimal", "random", "random-rank")
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One run key: accepted kinds (`int`, `float`, `str`, `bool`, `list[int]`, `table`), default, meaning, and an
+    optional range check with its description."""
+
+    kind: str
+    default: Any
+    help: str
+    nullable: bool = False
+    choices: tuple | None = None
+    check: Callable[[Any], bool] | None = None
+    valid: str = ""
+
+
+def _dataset_names() -> tuple:
+    from ttt.data.specs import SPECS
+
+    return tuple(SPECS)
+
+
+def _agent_names() -> tuple:
+    from ttt.presets import AGENTS
+
+    return tuple(AGENTS)
+
+
+def _profile_names() -> tuple:
+    from ttt.presets import PROFILES
+
+    return tuple(PROFILES)
+
+
+_pos = (lambda x: x >= 1, ">= 1")
+_nonneg = (lambda x: x >= 0, ">= 0")
+_gt0 = (lambda x: x > 0, "> 0")
+_unit = (lambda x: 0 <= x <= 1, "in [0, 1]")
+
+RUN_KEYS: dict[str, Key] = {
+    # What the row is.
+    "name": Key("str", None, "row name, unique in the pipeline (default: agent-variant-dataset)", nullable=True),
+    "group": Key("str", "main", "report section the row belongs to"),
+    "dataset": Key("str", "pointmaze-medium-navigate-v0", "OGBench dataset", choices=_dataset_names),
+    "agent": Key("str", "gcbc", "backbone preset", choices=_agent_names),
+    "variant": Key("str", "base", "base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (no critic)", choices=VARIANTS),
+    "paper": Key("float", None, "the paper's success rate for this row (shown beside ours)", nullable=True),
+    "paper_se": Key("float", None, "the paper's standard error for this row", nullable=True),
+    "paper_ref": Key("str", None, "where the paper's figure comes from (e.g. 'Table 1')", nullable=True),
+    # Stage 1: data.
+    "data_episodes": Key("int", None, "training episodes to generate (null: OGBench's full size)", True, None, *_pos),
+    "data_seed": Key("int", 0, "generation seed", False, None, *_nonneg),
+    "data_dir": Key("str", None, "dataset directory (null: OGBench's for full size, else the cache)", nullable=True),
+    "expert": Key("str", None, "antmaze: the ant expert that generates the data (`ttt expert train ant`'s "
+                  "expert.pkl)", nullable=True),
+    # Stage 2: pre-training.
+    "profile": Key("str", "cpu", "network/batch/steps profile", choices=_profile_names),
+    "steps": Key("int", None, "pre-training steps (null: the profile's)", True, None, *_pos),
+    "seeds": Key("int", 3, "training seeds (one program trains all)", False, None, *_pos),
+    "train_seed": Key("int", 0, "root seed of pre-training", False, None, *_nonneg),
+    "train_chunk": Key("int", 1000, "pre-training steps per compiled chunk / checkpoint", False, None, *_pos),
+    "agent_config": Key("table", {}, "backbone config overrides, e.g. { actor_hidden_dims = [512, 512] }"),
+    "checkpoint": Key("str", None, "use this checkpoint, not a pre-trained one (null: the cache's)", nullable=True),
+    # Stage 3: evaluation.
+    "episodes": Key("int", 10, "evaluation episodes per task and seed", False, None, *_pos),
+    "tasks": Key("list[int]", [1, 2, 3, 4, 5], "evaluation tasks", check=lambda t: all(1 <= x <= 5 for x in t) and
+                 len(t) > 0 and len(set(t)) == len(t), valid="distinct task ids in 1..5"),
+    "eval_seed": Key("int", 0, "evaluation seed (start/goal noise, TTT keys)", False, None, *_nonneg),
+    "K": Key("int", 100, "TTT period: environment steps per round", False, None, *_pos),
+    "N": Key("int", 100, "fine-tuning steps per round", False, None, *_nonneg),
+    "lr": Key("float", 3e-4, "fine-tuning learning rate", False, None, *_gt0),
+    "q": Key("float", 0.05, "fraction of relevant sub-trajectories kept", False, None, lambda x: 0 < x <= 1,
+             "in (0, 1]"),
+    "eps": Key("float", None, "relevance radius (null: the environment's goal threshold)", True, None, *_gt0),
+    "h_min": Key("int", 10, "shortest sub-trajectory with a critic", False, None, *_pos),
+    "H": Key("int", None, "fixed return horizon in rows (null: dynamic, the paper's)", True, None, lambda x: x >= 2,
+             ">= 2"),
+    "mix": Key("float", 0.0, "fraction of TTT batches drawn uniformly from the dataset", False, None, *_unit),
+    "noise_alpha": Key("float", 0.0, "value-noise scale alpha (returns += N(0, (alpha mean|G|)^2))", False, None,
+                       *_nonneg),
+    "relevance": Key("str", "distance", "relevance criterion", choices=("distance", "value")),
+    "c_rel": Key("float", None, "value-relevance threshold C (relevance = 'value')", nullable=True),
+    "selection": Key("str", "both", "selection: both, relevant only, optimal only, random, random-rank (relevant "
+                     "rows ranked by random scores; rule paper)", choices=SELECTIONS),
+    "rule": Key("str", None, "selection rule: paper (the paper's text), episodes (the published code's critic "
+                "rule), mc-episodes (its critic-free rule); null: episodes for variant ttt, paper for ttt-mc; "
+                "docs/algorithm.md", nullable=True, choices=("paper", "episodes", "mc-episodes")),
+    "critic": Key("str", "learned", "values for selection: learned, or oracle (maze shortest paths; point mazes)",
+                  choices=("learned", "oracle")),
+    "n_episodes": Key("int", 10, "rule episodes: dataset episodes kept per round", False, None, *_pos),
+    "slack": Key("int", 10, "rule mc-episodes: rows kept past the goal row", False, None, *_nonneg),
+    "once": Key("bool", False, "fine-tune once, at the episode's start (K = the episode length)"),
+    "reset_after_horizon": Key("bool", False, "act with the pre-trained agent once a round has run longer than its "
+                               "longest kept span"),
+    "reuse_adam": Key("bool", False, "fine-tune from the pre-training Adam state (else a fresh one each round)"),
+    "batch": Key("int", None, "TTT batch size (null: the pre-training one)", True, None, *_pos),
+    "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
+    "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
+    "chunk": Key("int", 25, "episodes per compiled program call", False, None, *_pos),
+    "figure": Key("bool", False, "save the data selected during one episode (the paper's Figure 2)"),
+}  # fmt: skip
+
+TOP_KEYS = ("name", "description", "defaults", "run")
+EVAL_KEYS = ("episodes", "tasks", "eval_seed", "K", "N", "lr", "q", "eps", "h_min", "H", "mix", "noise_alpha",
+             "relevance", "c_rel", "selection", "batch", "driver", "backend", "rule", "critic", "n_episodes", "slack",
+             "once", "reset_after_horizon", "reuse_adam")  # fmt: skip
+TRAIN_KEYS = ("dataset", "agent", "profile", "steps", "seeds", "train_seed", "agent_config")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    name: str
+    description: str
+    runs: tuple[dict, ...]
+    source: str  # the file it came from
+
+
+def _kind_ok(kind: str, v: Any) -> bool:
+    if kind == "int":
+        return isinstance(v, int) and not isinstance(v, bool)
+    if kind == "float":
+        return isinstance(v, int | float) and not isinstance(v, bool)
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "list[int]":
+        return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+    if kind == "table":
+        return isinstance(v, dict)
+    raise AssertionError(kind)
+
+
+_KIND_NAMES = {
+    "int": "an integer",
+    "float": "a number",
+    "str": "a string",
+    "bool": "true or false",
+    "list[int]": "a list of integers",
+    "table": "a table",
+}
+
+
+def _unknown(keys, valid, where: str) -> None:
+    bad = sorted(set(keys) - set(valid))
+    if bad:
+        raise TttError(f"{where}: unknown key(s) {', '.join(bad)}; valid keys: {', '.join(valid)}")
+
+
+def check_value(key: str, v: Any, where: str) -> Any:
+    """Validate one run value; returns it normalised (ints as floats for float keys)."""
+    spec = RUN_KEYS[key]
+    if v is None:
+        if spec.nullable:
+            return None
+        raise TttError(f"{where}: {key} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got null")
+    if not _kind_ok(spec.kind, v):
+        raise TttError(f"{where}: {key} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got {json.dumps(v)}")
+    if spec.kind == "float":
+        v = float(v)
+    if spec.choices is not None:
+        choices = spec.choices() if callable(spec.choices) else spec.choices
+        if v not in choices:
+            raise TttError(f"{where}: {key} = {json.dumps(v)} is not valid; valid: {', '.join(choices)}")
+    if spec.check is not None and not spec.check(v):
+        raise TttError(f"{where}: {key} must be {spec.valid} ({spec.help}), got {json.dumps(v)}")
+    return v
+
+
+def parse_sets(pairs: tuple[str, ...] | list[str]) -> dict:
+    """`key=value` pairs; values parse as TOML values (numbers, strings, lists, tables, booleans), else as strings."""
+    out = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise TttError(f"--set expects key=value, got '{pair}'")
+        k, v = (s.strip() for s in pair.split("=", 1))
+        try:
+            out[k] = tomllib.loads(f"v = {v}")["v"]
+        except tomllib.TOMLDecodeError:
+            out[k] = v
+        if v == "null":
+            out[k] = None
+    _unknown(out, RUN_KEYS, "--set")
+    return out
+
+
+def _toml_nulls(d: dict) -> dict:
+    """TOML has no null: the string "null" stands for it in pipeline files."""
+    return {k: (None if v == "null" else v) for k, v in d.items()}
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def expand_grid(run: dict, where: str) -> list[dict]:
+    grid = run.pop("grid", None)
+    if grid is None:
+        return [run]
+    if not isinstance(grid, dict) or not grid:
+        raise TttError(f"{where}: grid must be a table of key = [values], got {json.dumps(grid)}")
+    _unknown(grid, RUN_KEYS, f"{where} grid")
+    for k, vs in grid.items():
+        if not isinstance(vs, list) or not vs:
+            raise TttError(f"{where}: grid.{k} must be a non-empty list of values, got {json.dumps(vs)}")
+    keys = list(grid)
+    out = []
+    for combo in itertools.product(*(grid[k] for k in keys)):
+        r = dict(run, **dict(zip(keys, combo, strict=True)))
+        suffix = "-".join(f"{k}{_fmt(v)}" for k, v in zip(keys, combo, strict=True))
+        r["name"] = f"{run['name']}-{suffix}" if run.get("name") else None
+        r["_grid"] = keys
+        out.append(r)
+    return out
+
+
+def resolve_run(raw: dict, defaults: dict, sets: dict, where: str) -> dict:
+    """Defaults <- file defaults <- the run <- --set, every value checked; the full flat dict of the run."""
+    merged = {k: v.default for k, v in RUN_KEYS.items()}
+    merged.update(defaults)
+    merged.update(raw)
+    merged.update(sets)
+    grid_keys = merged.pop("_grid", [])
+    out = {}
+    for k in RUN_KEYS:
+        out[k] = check_value(k, merged[k], where)
+    if out["name"] is None:
+        out["name"] = f"{out['agent']}-{out['variant']}-{out['dataset'].removesuffix('-v0')}"
+        if grid_keys:
+            out["name"] += "-" + "-".join(f"{k}{_fmt(out[k])}" for k in grid_keys)
+    out["grid"] = list(grid_keys)
+    _check_combination(out, where)
+    return out
+
+
+def _check_combination(r: dict, where: str) -> None:
+    """Cross-key rules that no single key can check."""
+    if r["relevance"] == "value" and r["c_rel"] is None:
+        raise TttError(f"{where}: relevance = 'value' needs c_rel (the value threshold C, e.g. -18.0)")
+    if r["H"] is not None and r["variant"] == "base":
+        raise TttError(f"{where}: H (fixed return horizon) applies to ttt / ttt-mc runs, not variant 'base'")
+    if r["rule"] == "episodes" and r["variant"] != "ttt":
+        raise TttError(f"{where}: rule 'episodes' ranks by a critic: it needs variant 'ttt', got {r['variant']!r}")
+    if r["rule"] == "mc-episodes" and r["variant"] != "ttt-mc":
+        raise TttError(f"{where}: rule 'mc-episodes' is critic-free: it needs variant 'ttt-mc', got {r['variant']!r}")
+    if r["critic"] == "oracle" and r["variant"] != "ttt":
+        raise TttError(f"{where}: critic 'oracle' replaces the learned critic of variant 'ttt', got {r['variant']!r}")
+    rule = effective_rule(r)
+    if rule != "paper" and (r["H"] is not None or r["noise_alpha"] > 0 or r["selection"] != "both"):
+        why = " (the default of variant ttt)" if r["rule"] is None else ""
+        raise TttError(f"{where}: H, noise_alpha and selection ablations apply to rule 'paper', got rule "
+                       f"{rule!r}{why}; set rule = 'paper'")  # fmt: skip
+    if r["driver"] == "compiled":
+        from ttt.data.specs import get_spec
+        from ttt.envs import has_jax_env
+
+        env_id = get_spec(r["dataset"]).env_id
+        if not has_jax_env(env_id):
+            raise TttError(
+                f"{where}: driver = 'compiled': {env_id} has no in-program environment; use 'host' or 'auto'"
+            )
+    _check_backend(r, where)
+
+
+def _check_backend(r: dict, where: str) -> None:
+    """backend = 'mjx' is the compiled driver's physics: refuse it where the run uses the host driver."""
+    from ttt.data.specs import get_spec
+    from ttt.envs import has_jax_env
+
+    env_id = get_spec(r["dataset"]).env_id
+    host = r["driver"] == "host" or (r["driver"] == "auto" and not has_jax_env(env_id))
+    if r["backend"] == "mjx" and host:
+        raise TttError(
+            f"{where}: backend = 'mjx' is the physics of the compiled driver, but {env_id} runs on the host driver "
+            "here (OGBench's gym env, C MuJoCo); use backend = 'mujoco'"
+        )
+
+
+def effective_rule(r: dict) -> str:
+    """The selection rule a run uses: its `rule`, else its variant's default (ttt: 'episodes', the published
+    code's critic rule; ttt-mc and fixed-H runs: 'paper'; base: 'paper', unused)."""
+    if r["rule"] is not None:
+        return r["rule"]
+    return "episodes" if r["variant"] == "ttt" and r["H"] is None else "paper"
+
+
+def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:
+    """Read and validate a pipeline file; `sets` (from `parse_sets`) override every run."""
+    path = Path(path)
+    if path.is_dir():
+        raise TttError(
+            f"pipeline {path} is a directory; give a .toml file or a name ({', '.join(available_pipelines())})"
+        )
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TttError(f"pipeline file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise TttError(f"{path}: not a text file; a pipeline is a TOML file (see pipelines/quickstart.toml)") from None
+    except OSError as e:
+        raise TttError(f"pipeline file {path} cannot be read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise TttError(f"{path}: not valid TOML: {e}") from None
+    _unknown(doc, TOP_KEYS, str(path))
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise TttError(f"{path}: [defaults] must be a table")
+    defaults = _toml_nulls(defaults)
+    _unknown(defaults, RUN_KEYS, f"{path} [defaults]")
+    raw_runs = doc.get("run", [])
+    if not isinstance(raw_runs, list) or not raw_runs:
+        raise TttError(f"{path}: no runs: add at least one [[run]] table")
+    sets = sets or {}
+    runs: list[dict] = []
+    for i, raw in enumerate(raw_runs):
+        where = f"{path} run {i + 1}" + (f" ({raw['name']})" if isinstance(raw.get("name"), str) else "")
+        raw = _toml_nulls(dict(raw))
+        _unknown(raw, [*RUN_KEYS, "grid"], where)
+        for r in expand_grid(raw, where):
+            runs.append(resolve_run(r, defaults, sets, where))
+    names = [r["name"] for r in runs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise TttError(f"{path}: run names must be unique; repeated: {', '.join(dup)}")
+    name = doc.get("name", path.stem)
+    desc = doc.get("description", "")
+    if not isinstance(name, str) or not isinstance(desc, str):
+        raise TttError(f"{path}: name and description must be strings")
+    return Pipeline(name=name, description=desc, runs=tuple(runs), source=str(path))
+
+
+def select_runs(pipe: Pipeline, only: str | None) -> Pipeline:
+    """The runs whose names match any of the comma-separated glob patterns `only` (all runs if None)."""
+    import fnmatch
+
+    if not only:
+        return pipe
+    pats = [p.strip() for p in only.split(",") if p.strip()]
+    runs = tuple(r for r in pipe.runs if any(fnmatch.fnmatchcase(r["name"], p) for p in pats))
+    if not runs:
+        names = ", ".join(r["name"] for r in pipe.runs)
+        raise TttError(f"--only {only!r} matches no run; the runs are: {names}")
+    return dataclasses.replace(pipe, runs=runs)
+
+
+def pipeline_dirs() -> list[Path]:
+    """Where pipeline names are looked up: ./pipelines, then the repository's pipelines/."""
+    repo = Path(__file__).resolve().parents[2] / "pipelines"
+    return [Path("pipelines"), repo]
+
+
+def available_pipelines() -> list[str]:
+    names: list[str] = []
+    for d in pipeline_dirs():
+        if d.is_dir():
+            names += [p.stem for p in sorted(d.glob("*.toml")) if p.stem not in names]
+    return names
+
+
+def find_pipeline(name_or_path: str) -> Path:
+    """A pipeline file path, or a name looked up in `pipeline_dirs()`; unknown names list the available ones."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.exists():
+            raise TttError(f"pipeline file {p} does not exist")
+        if p.is_dir():
+            raise TttError(
+                f"pipeline {p} is a directory; give a .toml file or a name ({', '.join(available_pipelines())})"
+            )
+        return p
+    for d in pipeline_dirs():
+        if (d / f"{name_or_path}.toml").exists():
+            return d / f"{name_or_path}.toml"
+    raise TttError(f"unknown pipeline '{name_or_path}'; available: {', '.join(available_pipelines()) or '(none)'}")

@@ -1,0 +1,395 @@
+"""Results tables and plots of pipeline runs: results.json / results.csv, report.md (mean +- standard error over
+seeds, Welch's t-test of each TTT row against its base row, the paper's figure beside ours) and plots (success
+bars, ablation curves, the data selected during an episode over the maze as in the paper's Figure 2).
+
+Everything here reads only what the pipeline saved in its output directory, so `ttt report DIR` rebuilds it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ttt.errors import TttError
+
+CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "seeds", "n_episodes", "mean", "se",
+              "paper", "paper_se", "welch_t", "welch_p", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
+              "selection", "relevance", "c_rel", "episodes", "wall_s", "episodes_per_s", "checkpoint")  # fmt: skip
+
+
+def welch(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Welch's t-test of mean(a) > or < mean(b) (two-sided): (t, p); nan where it is undefined (no variance)."""
+    from scipy import stats
+
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if len(a) < 2 or len(b) < 2 or (np.all(a == a[0]) and np.all(b == b[0])):
+        return math.nan, math.nan
+    t, p = stats.ttest_ind(a, b, equal_var=False)
+    return float(t), float(p)
+
+
+def _base_of(rec: dict, records: list[dict]) -> dict | None:
+    """The base row evaluated on the same checkpoint, tasks, episodes and evaluation seed."""
+    r = rec["run"]
+    for o in records:
+        q = o["run"]
+        if (q["variant"] == "base" and o["checkpoint"] == rec["checkpoint"]
+                and all(q[k] == r[k] for k in ("dataset", "tasks", "episodes", "eval_seed"))):  # fmt: skip
+            return o
+    return None
+
+
+def rows(records: list[dict]) -> list[dict]:
+    """One flat row per record, with its comparison to its base row."""
+    out = []
+    for rec in records:
+        r = rec["run"]
+        row = {k: r.get(k) for k in CSV_FIELDS if k in r}
+        row.update(
+            profile=rec.get("profile"),
+            seeds=rec["seeds"],
+            n_episodes=rec["n_episodes"],
+            mean=rec["mean"],
+            se=rec["se"],
+            wall_s=rec["wall_s"],
+            episodes_per_s=rec["n_episodes"] / rec["wall_s"] if rec["wall_s"] else None,
+            checkpoint=rec["checkpoint"],
+            per_seed=rec["per_seed"],
+            grid=r.get("grid", []),
+        )
+        base = _base_of(rec, records) if r["variant"] != "base" else None
+        row["base"] = base["run"]["name"] if base else None
+        row["base_mean"] = base["mean"] if base else None
+        row["welch_t"], row["welch_p"] = welch(rec["per_seed"], base["per_seed"]) if base else (None, None)
+        out.append(row)
+    return out
+
+
+def write_results(records: list[dict], out: Path) -> None:
+    from ttt.storage import atomic_write_text, dumps
+
+    atomic_write_text(out / "results.json", dumps(dict(rows=rows(records), records=records), indent=1))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for row in rows(records):
+        w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in CSV_FIELDS})
+    atomic_write_text(out / "results.csv", buf.getvalue())
+
+
+def load_results(run_dir: str | Path) -> dict:
+    p = Path(run_dir) / "results.json"
+    if not p.exists():
+        raise TttError(f"{run_dir}: no results.json; `ttt run PIPELINE --out {run_dir}` produces it")
+    try:
+        doc = json.loads(p.read_text())
+        doc["rows"], doc["records"]  # noqa: B018
+    except (ValueError, KeyError):
+        raise TttError(f"{p}: not a ttt results file (expected keys rows, records)") from None
+    return doc
+
+
+# --------------------------------------------------------------------------------------------------- tables
+
+
+def _pm(m, s, digits: int = 3) -> str:
+    if m is None:
+        return "-"
+    return (
+        f"{m:.{digits}f}"
+        if s is None or (isinstance(s, float) and math.isnan(s))
+        else f"{m:.{digits}f} +- {s:.{digits}f}"
+    )
+
+
+def _stars(p) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return ""
+    return " (***)" if p < 0.01 else " (**)" if p < 0.05 else " (*)" if p < 0.1 else " (ns)"
+
+
+def _settings(row: dict) -> str:
+    if row["variant"] == "base":
+        return "-"
+    parts = [f"lr {row['lr']:g}", f"N {row['N']}", f"K {row['K']}"]
+    if row["q"] != 0.05:
+        parts.append(f"q {row['q']:g}")
+    if row["mix"]:
+        parts.append(f"mix {row['mix']:g}")
+    for k in ("eps", "H", "c_rel"):
+        if row.get(k) is not None:
+            parts.append(f"{k} {row[k]:g}")
+    if row.get("noise_alpha"):
+        parts.append(f"alpha {row['noise_alpha']:g}")
+    if row.get("selection") not in (None, "both"):
+        parts.append(f"select {row['selection']}")
+    if row.get("relevance") == "value":
+        parts.append("value relevance")
+    return ", ".join(parts)
+
+
+def table_md(rs: list[dict]) -> str:
+    lines = [
+        "| run | dataset | agent | variant | settings | seeds x episodes | success (mean +- s.e.) | paper "
+        "| vs base: t, p | episodes/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rs:
+        welch_txt = "-"
+        if r["base"] is not None:
+            t, p = r["welch_t"], r["welch_p"]
+            welch_txt = "n/a (no variance)" if t is None or math.isnan(t) else f"{t:.2f}, {p:.3f}{_stars(p)}"
+        eps = f"{r['episodes_per_s']:.2f}" if r.get("episodes_per_s") else "-"
+        lines.append(
+            f"| {r['name']} | {r['dataset'].removesuffix('-v0')} | {r['agent']} | {r['variant']} | {_settings(r)} | "
+            f"{r['seeds']} x {r['n_episodes'] // r['seeds']} | {_pm(r['mean'], r['se'])} | "
+            f"{_pm(r.get('paper'), r.get('paper_se'), 2)} | {welch_txt} | {eps} |"
+        )
+    return "\n".join(lines)
+
+
+def paper_table_md(rs: list[dict]) -> str:
+    """Agents x variants (rows) by datasets (columns): ours, with the paper's figure in brackets."""
+    datasets = list(dict.fromkeys(r["dataset"] for r in rs))
+    keys = list(dict.fromkeys((r["agent"], r["variant"]) for r in rs))
+    head = "| agent | variant | " + " | ".join(d.removesuffix("-v0") for d in datasets) + " |"
+    lines = [head, "|---|---|" + "---|" * len(datasets)]
+    for agent, variant in keys:
+        cells = []
+        for d in datasets:
+            m = [r for r in rs if (r["agent"], r["variant"], r["dataset"]) == (agent, variant, d)]
+            if not m:
+                cells.append("")
+                continue
+            r = m[0]
+            paper = "" if r.get("paper") is None else f" [{r['paper']:.2f}]"
+            cells.append(f"{_pm(r['mean'], r['se'], 2)}{paper}{_stars(r['welch_p'] if r['base'] else None)}")
+        lines.append(f"| {agent} | {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------- plots
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_bars(rs: list[dict], path: Path, title: str) -> None:
+    plt = _plt()
+    datasets = list(dict.fromkeys(r["dataset"] for r in rs))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
+    colors = {"base": "#999999", "ttt-mc": "#7fb3d5", "ttt": "#e67e22"}
+    for ax, d in zip(axes[0], datasets, strict=True):
+        sub = [r for r in rs if r["dataset"] == d]
+        agents = list(dict.fromkeys(r["agent"] for r in sub))
+        variants = [v for v in ("base", "ttt-mc", "ttt") if any(r["variant"] == v for r in sub)]
+        w = 0.8 / max(len(variants), 1)
+        for vi, v in enumerate(variants):
+            for ai, a in enumerate(agents):
+                m = [r for r in sub if (r["agent"], r["variant"]) == (a, v)]
+                if not m:
+                    continue
+                r = m[0]
+                x = ai + (vi - (len(variants) - 1) / 2) * w
+                ax.bar(x, r["mean"], w, yerr=r["se"] or 0, color=colors.get(v, "C0"), capsize=2,
+                       label=v if ai == 0 else None)  # fmt: skip
+                if r.get("paper") is not None:
+                    ax.plot([x - w / 2, x + w / 2], [r["paper"]] * 2, "k--", lw=1,
+                            label="paper" if (vi, ai) == (0, 0) else None)  # fmt: skip
+        ax.set_xticks(range(len(agents)), agents, rotation=20)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(d.removesuffix("-v0"), fontsize=9)
+        ax.set_ylabel("success rate")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
+    """Success vs one swept key, one line per (dataset, agent, variant, other swept values)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+    lines: dict[str, list] = {}
+    for r in rs:
+        others = ", ".join(f"{k} {r[k]:g}" if isinstance(r[k], float) else f"{k} {r[k]}" for k in r["grid"] if k != key)
+        label = f"{r['agent']} {r['variant']} {r['dataset'].removesuffix('-v0')}" + (f" ({others})" if others else "")
+        lines.setdefault(label, []).append(r)
+    numeric = all(isinstance(r[key], int | float) and not isinstance(r[key], bool) for r in rs)
+    cats = list(dict.fromkeys(str(r[key]) for r in rs))
+    for label, pts in lines.items():
+        pts = sorted(pts, key=lambda r: r[key] if numeric else cats.index(str(r[key])))
+        xs = [r[key] if numeric else cats.index(str(r[key])) for r in pts]
+        ax.errorbar(xs, [r["mean"] for r in pts], yerr=[r["se"] or 0 for r in pts], marker="o", capsize=2, label=label)
+    bases = {r["base"]: r["base_mean"] for r in rs if r.get("base")}
+    for m in bases.values():
+        ax.axhline(m, color="grey", ls=":", lw=1)
+    if numeric and len({r[key] for r in rs}) > 2 and min(r[key] for r in rs) > 0:
+        vals = sorted({r[key] for r in rs})
+        if vals[-1] / vals[0] >= 10:
+            ax.set_xscale("log")
+    if not numeric:
+        ax.set_xticks(range(len(cats)), cats)
+    ax.set_xlabel(key)
+    ax.set_ylabel("success rate")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _draw_selection(ax, plt, z, label: str) -> None:
+    u = float(z["maze_unit"])
+    for x, y in z["walls"]:
+        ax.add_patch(plt.Rectangle((x - u / 2, y - u / 2), u, u, color="#444444", lw=0))
+    off = 0
+    for n in z["bg_len"]:
+        ax.plot(*z["bg_xy"][off : off + n].T, color="#cccccc", lw=0.4, zorder=1)
+        off += n
+    cmap = plt.get_cmap("autumn")
+    n_rounds = max(len(z["round_start"]), 1)
+    off = 0
+    for n, r in zip(z["seg_len"], z["seg_round"], strict=True):
+        ax.plot(*z["seg_xy"][off : off + n].T, color=cmap(r / n_rounds), lw=0.7, alpha=0.7, zorder=2)
+        off += n
+    ax.plot(*z["traj"].T, color="black", lw=1.4, zorder=3)
+    ax.scatter(*z["round_start"].T, color="black", s=12, zorder=4)
+    ax.scatter(*z["traj"][0], marker="D", color="tab:blue", s=50, zorder=5, label="start")
+    ax.scatter(*z["goal"], marker="*", color="tab:green", s=160, zorder=5, label="goal")
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ok = "reached" if float(z["success"]) else "not reached"
+    ax.set_title(
+        f"{label}: episode {int(z['episode'])}\nK = {int(z['K'])}, {len(z['round_start'])} rounds, goal {ok}",
+        fontsize=8,
+    )
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def plot_selection(fig_npzs: list[Path], path: Path, title: str) -> None:
+    """The paper's Figure 2, one panel per episode (a success and a failure side by side, each labelled): a
+    random subset of the dataset (grey), the sub-trajectories selected in each round (one colour per round), the
+    agent's path (black), its start (diamond) and goal (star)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(fig_npzs), figsize=(4.8 * len(fig_npzs), 4.9), squeeze=False)
+    for ax, f in zip(axes[0], fig_npzs, strict=True):
+        z = np.load(f)
+        _draw_selection(ax, plt, z, "success" if float(z["success"]) else "failure")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def selection_figures(fig_dir: Path) -> dict[str, list[Path]]:
+    """Figure-2 files per run: `NAME.success.npz` then `NAME.failure.npz` (either may be missing), or an older
+    single `NAME.npz`."""
+    out: dict[str, list[Path]] = {}
+    for f in sorted(fig_dir.glob("*.npz")):
+        name = f.name.removesuffix(".npz")
+        kind = 0
+        for i, suffix in enumerate((".success", ".failure")):
+            if name.endswith(suffix):
+                name, kind = name.removesuffix(suffix), i
+        out.setdefault(name, []).append((kind, f))
+    return {k: [f for _, f in sorted(v)] for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------------------------------- report
+
+
+def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: Path | None = None) -> Path:
+    """Rebuild report.md and plots/ of a pipeline output directory from its saved results."""
+    from ttt.storage import atomic_write_text, writable_dir
+
+    run_dir = Path(run_dir)
+    out = run_dir if out is None else Path(out)
+    doc = load_results(run_dir)
+    rs = rows(doc["records"])
+    plots = writable_dir(out / "plots", "the report's plots directory")
+    meta_p = run_dir / "pipeline.json"
+    meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
+    profiles = sorted({str(r["profile"]) for r in rs})
+    md = [f"# {meta.get('name', run_dir.name)}", ""]
+    if meta.get("description"):
+        md += [meta["description"], ""]
+    md += [
+        f"Profile(s): {', '.join(profiles)}. Success = mean over seeds of each seed's success rate over its "
+        "tasks x episodes; +- is the standard error over seeds. t, p: Welch's t-test of the row's per-seed "
+        "success rates against its base row's (same checkpoint, tasks, episodes and evaluation seed); "
+        "(*) p < 0.1, (**) p < 0.05, (***) p < 0.01. paper: the paper's figure for the same row (its own "
+        "networks, 1M pre-training steps; see each run's paper_ref).",
+        "",
+    ]
+    groups = list(dict.fromkeys(r["group"] for r in rs))
+    for g in groups:
+        sub = [r for r in rs if r["group"] == g]
+        md += [f"## {g}", "", table_md(sub), ""]
+        swept = list(dict.fromkeys(k for r in sub for k in r["grid"]))
+        if not swept:
+            if len({(r["agent"], r["variant"]) for r in sub}) > 1:
+                md += ["Paper layout (ours +- s.e. [paper]):", "", paper_table_md(sub), ""]
+            p = plots / f"bars-{_slug(g)}.png"
+            plot_bars(sub, p, g)
+            md += [f"![{g}](plots/{p.name})", ""]
+        for key in swept:
+            p = plots / f"curve-{_slug(g)}-{key}.png"
+            plot_curves([r for r in sub if key in r["grid"]], key, p, f"{g}: success vs {key}")
+            md += [f"![{g} vs {key}](plots/{p.name})", ""]
+    figs = selection_figures(run_dir / "figures") if (run_dir / "figures").exists() else {}
+    if figs:
+        md += ["## Data selected during an episode (the paper's Figure 2)", ""]
+        for name, files in figs.items():
+            p = plots / f"selection-{name}.png"
+            plot_selection(files, p, name)
+            md += [f"![{name}](plots/{p.name})", ""]
+            for f in files:
+                z = np.load(f)
+                agree = np.array_equal(z["n_selected"], z["n_selected_recorded"][: len(z["n_selected"])])
+                what = "success" if float(z["success"]) else "failure"
+                md += [
+                    f"{name}, {what} (episode {int(z['episode'])}): rows selected per round "
+                    f"{z['n_selected'].tolist()} (recomputed with the episode's keys; "
+                    f"{'equal to' if agree else 'DIFFERENT from'} what the episode recorded).",
+                    "",
+                ]
+            md += ["Colours: rounds; grey: 100 dataset episodes; black: the agent's path.", ""]
+    path = out / "report.md"
+    atomic_write_text(path, "\n".join(md))
+    echo(f"report: {path} ({len(rs)} rows, plots in {plots})")
+    return path
+
+
+def combine(run_dirs: list[str | Path], out: Path, echo: Callable[[str], None] = print) -> Path:
+    """One report over several pipeline output directories."""
+    from ttt.storage import atomic_write_text, writable_dir
+
+    records, names = [], []
+    for d in run_dirs:
+        doc = load_results(d)
+        records += doc["records"]
+        names.append(Path(d).name)
+    writable_dir(out, "--out")
+    write_results(records, out)
+    atomic_write_text(out / "pipeline.json", json.dumps(dict(name=" + ".join(names), description="")))
+    return write_report(out, echo=echo)
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in s.lower()).strip("-")

@@ -1,0 +1,114 @@
+"""`run_pipeline`: every run of a pipeline through the stages (data -> pre-training -> evaluation, each cached and
+resumable), then `OUT/results.json`, `results.csv` and the report. All writes are atomic; after every run the
+results so far are written, so an interrupted pipeline leaves its finished rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from ttt.errors import TttError
+from ttt.pipeline.config import Pipeline
+from ttt.pipeline.keys import cache_root
+from ttt.pipeline.report import rows, table_md, write_report, write_results
+from ttt.pipeline.settings import validate_run
+from ttt.pipeline.stages import BarFactory, Echo, EnvCache, ensure_checkpoint, ensure_data, evaluate_run, load_data
+from ttt.storage import atomic_write_text, dumps, read_json
+
+STAGES = ("data", "pretrain", "eval")
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    records: list[dict]
+    out: Path
+    wall_s: float
+
+
+def run_pipeline(
+    pipe: Pipeline,
+    out: str | os.PathLike,
+    cache: str | os.PathLike | None = None,
+    stages: tuple[str, ...] = STAGES,
+    bar: BarFactory | None = None,
+    echo: Echo = print,
+    all_names: list[str] | None = None,
+) -> RunOutcome:
+    """Run every run of `pipe` through the stages (cached / resumed), then write results and the report.
+
+    `all_names`: the names of every run of the pipeline when `pipe` holds only some of them (`--only`): the rows of
+    the others already in `OUT/results.json` are kept there, in the pipeline's order."""
+    from ttt.pretrain import dataset_hash
+    from ttt.storage import writable_dir
+
+    bad = [s for s in stages if s not in STAGES]
+    if bad:
+        raise TttError(f"unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
+    for run in pipe.runs:  # every check that needs no data or training, before any stage starts
+        validate_run(run)
+    bar = bar or _null_bar
+    out = writable_dir(out, "--out")
+    cache = cache_root(cache)
+    if "data" in stages or "pretrain" in stages:
+        writable_dir(cache, "--cache")
+    kept = _kept_records(out, pipe, all_names)
+    doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
+    atomic_write_text(out / "pipeline.json", dumps(doc, indent=1))
+    t0 = time.perf_counter()
+    datasets: dict[tuple, tuple] = {}
+    envs = EnvCache()
+    records = []
+    for i, run in enumerate(pipe.runs):
+        echo(f"[{i + 1}/{len(pipe.runs)}] {run['name']}: {run['agent']} {run['variant']} on {run['dataset']}")
+        d = ensure_data(run, cache, "data" in stages, bar, echo)
+        dkey = (str(d), run["dataset"])
+        if dkey not in datasets:
+            data = load_data(run, d, cache, "data" in stages, bar, echo)
+            datasets[dkey] = (data, dataset_hash(data))
+        data, dhash = datasets[dkey]
+        ckpt = ensure_checkpoint(run, cache, data, dhash, "pretrain" in stages, bar, echo)
+        if "eval" not in stages:
+            continue
+        records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs))
+        # After every run: an interrupted pipeline leaves its finished rows (and the other rows kept).
+        write_results(_merge(records, kept, all_names), out)
+    if "eval" in stages:
+        echo(table_md(rows(records)))
+        write_report(out, echo=echo)
+    return RunOutcome(records, out, time.perf_counter() - t0)
+
+
+def _kept_records(out: Path, pipe: Pipeline, all_names: list[str] | None) -> list[dict]:
+    """Records in `OUT/results.json` of runs of the pipeline that this invocation does not run (`--only`)."""
+    if not all_names:
+        return []
+    doc = read_json(out / "results.json")
+    if not isinstance(doc, dict) or not isinstance(doc.get("records"), list):
+        return []
+    running = {r["name"] for r in pipe.runs}
+    names = set(all_names) - running
+    return [r for r in doc["records"] if isinstance(r, dict) and r.get("run", {}).get("name") in names]
+
+
+def _merge(records: list[dict], kept: list[dict], all_names: list[str] | None) -> list[dict]:
+    """This invocation's records and the kept ones, in the pipeline's order."""
+    if not kept:
+        return records
+    order = {n: i for i, n in enumerate(all_names or [])}
+    return sorted([*records, *kept], key=lambda r: order.get(r["run"]["name"], len(order)))
+
+
+class _null_bar:
+    def __init__(self, *a):
+        pass
+
+    def __call__(self, done, total):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None

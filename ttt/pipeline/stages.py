@@ -1,0 +1,259 @@
+"""The three stages of a pipeline run, each producing an artifact by content key (`ttt.pipeline.keys`) or finding
+it cached, and each resumable: `ensure_data` (generation resumes by block), `ensure_checkpoint` (pre-training
+resumes at its last chunk), `evaluate_run` (evaluation resumes at its last finished task). A corrupt cache entry is
+reported through `echo` and rebuilt; the user's own files (a `data_dir`, a `checkpoint`) are reported, not
+overwritten."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttt.envs.gym import max_episode_steps
+from ttt.errors import TttError
+from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
+from ttt.pipeline.keys import checkpoint_dir, data_dir, env_id, eval_key, train_configs, train_steps
+from ttt.pipeline.settings import make_eval_setup
+from ttt.storage import atomic_save_npz, atomic_write_text, dumps, read_json
+
+Echo = Callable[[str], None]
+BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
+
+
+def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: Echo) -> Path:
+    from ttt.data.specs import get_spec
+
+    spec = get_spec(run["dataset"])
+    episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
+    d = data_dir(run, cache)
+    npz, sidecar = d / f"{run['dataset']}.npz", d / f"{run['dataset']}.json"
+    what = f"{run['dataset']} ({episodes} episodes, seed {run['data_seed']})"
+    if npz.exists() and (d / f"{run['dataset']}-val.npz").exists():
+        meta = read_json(sidecar) if sidecar.exists() else None
+        if isinstance(meta, dict):  # a corrupt sidecar: loading reports it (and regenerates a cached dataset)
+            if (meta.get("episodes"), meta.get("seed")) != (episodes, run["data_seed"]):
+                raise TttError(
+                    f"{npz} holds {meta.get('episodes')} episodes of seed {meta.get('seed')}, but the run asks for "
+                    f"{what}; set data_dir to another directory or change data_episodes / data_seed"
+                )
+            if run["expert"] is not None and meta.get("expert_sha256") not in (None, _expertdigest(run["expert"])):
+                raise TttError(
+                    f"{npz} was generated with another expert than {run['expert']}; set data_dir to another "
+                    "directory, or drop the expert key to use the existing data"
+                )
+        return d
+    expert = f" --expert {run['expert']}" if run["expert"] else ""
+    if not generate:
+        raise TttError(
+            f"dataset {what} is missing from {d}; the 'data' stage produces it (add data to --stages, or run "
+            f"`ttt data generate {run['dataset']} --episodes {episodes} --seed {run['data_seed']} --dir {d}{expert}`)"
+        )
+    if spec.needs_expert and run["expert"] is None:
+        raise TttError(
+            f"dataset {what} is missing from {d} and is generated with an ant expert: set the run key expert to "
+            "an expert.pkl (train one with `ttt expert train ant`)"
+        )
+    from ttt.data.generate import generate as gen
+
+    echo(f"  data: generating {what} into {d}")
+    d.mkdir(parents=True, exist_ok=True)
+    with bar(f"generate {run['dataset']}", "episodes") as b:
+        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b, expert=run["expert"])
+    return d
+
+
+def _expertdigest(path: str) -> str:
+    from ttt.data.expert import NumpyExpert, load_actor
+
+    return NumpyExpert(load_actor(path)[0]).digest()
+
+
+def load_data(run: dict, d: Path, cache: Path, generate: bool, bar: BarFactory, echo: Echo):
+    """Load the run's dataset; a corrupt copy in the cache (unreadable, or its checksum differs) is reported and
+    generated again. Datasets outside the cache (data_dir, OGBench's directory) are the user's: an error."""
+    from ttt.data.files import load
+
+    try:
+        return load(run["dataset"], d)
+    except TttError as e:
+        in_cache = run["data_dir"] is None and run["data_episodes"] is not None
+        if not (in_cache and generate):
+            raise
+        echo(f"  data: cached dataset is corrupt ({e}); generating it again")
+    from ttt.data.generate import generate as gen
+    from ttt.data.specs import get_spec
+
+    spec = get_spec(run["dataset"])
+    episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
+    with bar(f"generate {run['dataset']}", "episodes") as b:
+        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b, expert=run["expert"],
+            force=True)  # fmt: skip
+    return load(run["dataset"], d)
+
+
+def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Path:
+    from ttt.pretrain import check_compatible, pretrain, read_meta
+
+    out = checkpoint_dir(run, cache, data_hash)
+    steps = train_steps(run)
+    if run["checkpoint"] is not None:
+        if not (out / "meta.json").exists():
+            raise TttError(
+                f"checkpoint {out} (run {run['name']}) does not exist; `ttt pretrain --out {out}` produces one, or "
+                "remove `checkpoint` to let the 'pretrain' stage train and cache it"
+            )
+        meta = read_meta(out)
+        check_compatible(meta, run["dataset"], data.obs_dim, data.action_dim, str(out), data_hash)
+        return out
+    if (out / "meta.json").exists():
+        from ttt.pretrain import verify_checkpoint
+
+        try:
+            verify_checkpoint(out)
+            if read_meta(out).get("step", 0) >= steps:
+                return out
+        except TttError as e:  # a cache entry: report it and train it again
+            import shutil
+
+            echo(f"  pretrain: cached checkpoint is corrupt ({str(e).split('; delete')[0]}); training it again")
+            shutil.rmtree(out)
+    if not train:
+        raise TttError(
+            f"no checkpoint of {run['agent']} on {run['dataset']} ({run['profile']} profile, {steps} steps, "
+            f"{run['seeds']} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
+        )
+    cfg, sampler = train_configs(run)
+    at = read_meta(out).get("step", 0) if (out / "meta.json").exists() else 0
+    resuming = f" (resuming at step {at})" if at else ""
+    echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}{resuming}")
+    with bar(f"pretrain {run['agent']}", "steps") as b:
+        pretrain(
+            run["agent"],
+            run["dataset"],
+            data,
+            cfg,
+            sampler,
+            steps,
+            run["seeds"],
+            out,
+            chunk_steps=run["train_chunk"],
+            seed=run["train_seed"],
+            profile=run["profile"],
+            progress=lambda done, total, means, rate: b(done, total),
+        )
+    return out
+
+
+class EnvCache:
+    """In-program envs built once per (env_id, backend), so every evaluation reuses the compiled programs."""
+
+    def __init__(self):
+        self._envs: dict = {}
+
+    def get(self, env_id: str, backend: str):
+        from ttt.envs import make_env
+
+        if (env_id, backend) not in self._envs:
+            self._envs[(env_id, backend)] = make_env(env_id, backend=backend)
+        return self._envs[(env_id, backend)]
+
+
+def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: Echo, envs: EnvCache) -> dict:
+    """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved)."""
+    from ttt.envs import has_jax_env
+    from ttt.evaluate import evaluate
+    from ttt.pretrain import load_checkpoint, read_meta
+
+    key = eval_key(run, ckpt)
+    record_path = out / "evals" / f"{run['name']}-{key}.json"
+    if record_path.exists():
+        record = read_json(record_path)
+        if isinstance(record, dict) and record.get("eval_key") == key and "mean" in record:
+            return record
+        echo(f"  eval: {record_path} is corrupt (truncated or not a record); evaluating {run['name']} again")
+        record_path.unlink()
+    meta = read_meta(ckpt)
+    setup = make_eval_setup(run, meta, max_episode_steps(env_id(run)))
+    driver = run["driver"]
+    if driver == "auto":
+        driver = "compiled" if has_jax_env(setup.spec.env_id) else "host"
+    states, meta = load_checkpoint(ckpt, meta)
+    partial = out / "evals" / f".partial-{key}"
+    reuse = states.opt_state if setup.ttt is not None and setup.ttt.finetune.reuse_opt_state else None
+    per_task = []
+    total = meta["seeds"] * len(run["tasks"]) * run["episodes"]
+    done = 0
+    with bar(f"eval {run['name']}", "episodes") as b:
+        b(0, total)
+        for t in run["tasks"]:
+            f = partial / f"task{t}.npz"
+            part = load_npz(f) if f.exists() else None
+            if f.exists() and part is None:
+                echo(f"  eval: {f} is corrupt (unreadable); evaluating task {t} again")
+                f.unlink()
+            if part is None:
+                res = evaluate(
+                    setup,
+                    states.agent,
+                    data,
+                    opt_states=reuse,
+                    episodes=run["episodes"],
+                    tasks=(t,),
+                    seed=run["eval_seed"],
+                    driver=driver,
+                    batch_size=run["chunk"],
+                    progress=lambda d, n, base=done: b(base + d, total),
+                    env=envs.get(setup.spec.env_id, run["backend"]) if driver == "compiled" else None,
+                )
+                arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
+                arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
+                if setup.spec.is_maze:  # trajectories for plots (xy, float16)
+                    arrays["xy"] = res.observations[..., :2].astype(np.float16)
+                    arrays["start_xy"] = res.starts[..., :2]
+                    arrays["goal_xy"] = res.goals[..., :2]
+                atomic_save_npz(f, arrays, compress=False)
+                if run["figure"] and t == run["tasks"][0] and setup.ttt is not None and "xy" in arrays:
+                    save_selection_figure(run, setup, states.agent, data, res, out / "figures" / f"{run['name']}.npz")
+                part = load_npz(f)
+            per_task.append(part)
+            done += meta["seeds"] * run["episodes"]
+            b(done, total)
+    cat = lambda k: np.concatenate([p[k] for p in per_task], axis=1)  # noqa: E731  (seeds, tasks, episodes, ...)
+    success = cat("success")
+    rates = success.mean(axis=(1, 2))
+    record = dict(
+        run=run,
+        checkpoint=str(ckpt),
+        checkpoint_step=meta["step"],
+        profile=meta.get("profile"),
+        rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
+        driver=driver,
+        eval_key=key,
+        seeds=int(success.shape[0]),
+        n_episodes=int(success.size),
+        per_seed=rates.tolist(),
+        mean=float(rates.mean()),
+        se=float(rates.std(ddof=1) / np.sqrt(len(rates))) if len(rates) > 1 else None,
+        per_task=success.mean(axis=(0, 2)).tolist(),
+        success=success.astype(int).tolist(),
+        steps=cat("steps").tolist(),
+        wall_s=float(sum(float(p["wall_s"]) for p in per_task)),
+        rounds={k[6:]: nan_to_none(cat(k)) for k in per_task[0] if k.startswith("round_")},
+    )
+    if "xy" in per_task[0]:
+        trajectories = dict(xy=cat("xy"), start=cat("start_xy"), goal=cat("goal_xy"), success=success,
+                            steps=cat("steps"))  # fmt: skip
+        atomic_save_npz(out / "trajectories" / f"{run['name']}.npz", trajectories, compress=False)
+    atomic_write_text(record_path, dumps(record))
+    echo(
+        f"  eval: {run['name']}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
+        f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
+    )
+    return record
+
+
+def _se(se: float | None) -> float:
+    return float("nan") if se is None else se
