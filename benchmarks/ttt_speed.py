@@ -128,11 +128,13 @@ def _setup(meta, cfg, sampler, mode: str, rule: str, bucket):
 
 
 def w_batched(batch: int) -> dict:
+    import jax
+
     from ttt.evaluate import evaluate
 
     meta, states, data, cfg, sampler, _ = _load("gcbc")
     setup = _setup(meta, cfg, sampler, "mc", "paper", "default")
-    seed1 = __import__("jax").tree.map(lambda x: x[:1] if hasattr(x, "ndim") and x.ndim > 0 else x, states.agent)
+    seed1 = jax.tree.map(lambda x: x[:1] if hasattr(x, "ndim") and x.ndim > 0 else x, states.agent)
     n = 25 if batch > 1 else 5
     kw = dict(episodes=n, tasks=(1,), batch_size=batch)
     evaluate(setup, seed1, data, **{**kw, "episodes": batch})  # compile (the same shapes)
@@ -203,6 +205,14 @@ METRIC = {"update": ("ms_per_step", "ms per step", False), "value": ("s_per_epis
           "batched": ("episodes_per_s", "episodes/s", True), "row": ("wall_s", "s per row", False)}  # fmt: skip
 
 
+def _success(runs: list[dict]) -> str:
+    """The first run's success (+- s.e. where recorded), or blank for parts without one."""
+    r = runs[0]
+    if "success" not in r:
+        return ""
+    return f"{r['success']:.2f}" + (f" +- {r['se']:.2f}" if "se" in r else "")
+
+
 def table(doc: dict) -> str:
     """Markdown: each measurement's best (least disturbed) old and new figure and the speed-up old / new."""
     lines = ["| part | configuration | metric | old | new | speed-up | old success | new success |",
@@ -212,14 +222,13 @@ def table(doc: dict) -> str:
         pick = max if higher else min
         old, new = pick(x[key] for x in r["old"]), pick(x[key] for x in r["new"])
         speed = new / old if higher else old / new
-        succ = lambda runs: (f"{runs[0]['success']:.2f}" + (f" +- {runs[0]['se']:.2f}" if "se" in runs[0] else "")
-                             if "success" in runs[0] else "")  # noqa: E731  # fmt: skip
-        job = {"fixed": "gcbc 8-wide, batch 8", "": "gcbc cpu, 1M rows", "1": "B = 1", "25": "B = 25"}.get(r["job"], r["job"])
+        names = {"fixed": "gcbc 8-wide, batch 8", "": "gcbc cpu, 1M rows", "1": "B = 1", "25": "B = 25"}
+        job = names.get(r["job"], r["job"])
         if r["part"] == "row":
             job = f"gcbc cpu, critic (episodes), {r['old'][0]['episodes']} episodes, batches of 25"
         fmt = "{:.3f}" if old < 10 else "{:.1f}"
         lines.append(f"| {r['part']} | {job} | {label} | {fmt.format(old)} | {fmt.format(new)} | {speed:.2f}x | "
-                     f"{succ(r['old'])} | {succ(r['new'])} |")  # fmt: skip
+                     f"{_success(r['old'])} | {_success(r['new'])} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -254,8 +263,8 @@ def main() -> int:
                 for which in ("old", "new"):
                     r = run_worker(trees[which], *job)
                     runs[which].append(r)
-                    print(f"{part} {job[1]} {which}: {json.dumps({k: v for k, v in r.items() if k != 'success_per_episode'})}",
-                          flush=True)  # fmt: skip
+                    shown = {k: v for k, v in r.items() if k != "success_per_episode"}
+                    print(f"{part} {job[1]} {which}: {json.dumps(shown)}", flush=True)
             results.append({"part": part, "job": job[1], **runs})
     doc = {"machine": machine(), "old": args.old, "new": new_commit + " (+ working tree)",
            "command": "python " + " ".join(sys.argv), "results": results}  # fmt: skip

@@ -8,26 +8,14 @@ import sys
 
 import numpy as np
 import pytest
+from helpers import one_line_error, run
 
-from ttt.cli import main
 from ttt.data import generate as gen
 from ttt.storage import atomic_save_npz
 
 NAV = "pointmaze-medium-navigate-v0"
 
 
-def run(argv, capsys):
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line_error(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert lines[0].startswith("error: ")
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

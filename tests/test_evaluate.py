@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import numpy as np
 import pytest
+from helpers import one_line_error, run
 
 from ttt.cli import main
 from ttt.data import generate as gen
@@ -68,16 +69,6 @@ def test_compiled_and_host_driver_agree(tiny, mode):
     assert (comp.starts == comp.starts[:1]).all() and (comp.goals == comp.goals[:1]).all()
 
 
-def run(argv, capsys):
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def one_line_error(err: str) -> str:
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in err and lines[0].startswith("error: "), err
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -187,3 +187,29 @@ def test_iqe_value_head_and_gradients():
     assert any(np.abs(np.asarray(g)).max() > 0 for g in leaves)
     with pytest.raises(ValueError):
         IQEValue(KEY, 5, (8,), latent_dim=10, dim_per_component=4)
+
+
+def test_dense_gradients_equal_autodiffs_of_the_plain_expression():
+    """`nets.dense`'s hand-written backward pass (kernel gradient as a standard-form matmul) gives autodiff's
+    gradients of `x @ w + b`, for a batch with two leading axes and under vmap (the value ensembles)."""
+    from ttt.nets import dense
+
+    kx, kw, kb, kg = jax.random.split(jax.random.key(0), 4)
+    x = jax.random.normal(kx, (3, 5, 4))
+    w = jax.random.normal(kw, (4, 6))
+    b = jax.random.normal(kb, (6,))
+    probe = jax.random.normal(kg, (3, 5, 6))
+
+    def loss(f):
+        return lambda x, w, b: jnp.sum(jnp.tanh(f(x, w, b)) * probe)
+
+    plain = lambda x, w, b: x @ w + b  # noqa: E731
+    got = jax.grad(loss(dense), argnums=(0, 1, 2))(x, w, b)
+    want = jax.grad(loss(plain), argnums=(0, 1, 2))(x, w, b)
+    for g, h in zip(got, want, strict=True):
+        assert g.shape == h.shape
+        np.testing.assert_allclose(g, h, rtol=1e-5, atol=1e-5)
+    ws = jnp.stack([w, 2 * w])  # two heads, as GCValue's ensemble applies them
+    got_v = jax.grad(lambda ws: jnp.sum(jax.vmap(lambda w: loss(dense)(x, w, b))(ws)))(ws)
+    want_v = jax.grad(lambda ws: jnp.sum(jax.vmap(lambda w: loss(plain)(x, w, b))(ws)))(ws)
+    np.testing.assert_allclose(got_v, want_v, rtol=1e-5, atol=1e-5)

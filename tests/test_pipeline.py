@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from ttt.cli import main
+from helpers import run
 
 PIPE = """
 name = "mini"
@@ -43,11 +42,6 @@ name = "critic"
 variant = "ttt"
 """
 
-
-def run(argv, capsys):
-    rc = main(argv)
-    out = capsys.readouterr()
-    return rc, out.out, out.err
 
 
 @pytest.mark.slow
