@@ -233,8 +233,11 @@ def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
     for label, pts in lines.items():
         pts = sorted(pts, key=lambda r: r[key] if numeric else cats.index(str(r[key])))
         xs = [r[key] if numeric else cats.index(str(r[key])) for r in pts]
-        ax.errorbar(xs, [r["mean"] for r in pts], yerr=[r["se"] or 0 for r in pts], marker="o", capsize=2, label=label)
-    bases = {r["base"]: r["base_mean"] for r in rs if r.get("base")}
+        ms, ses = np.array([r["mean"] for r in pts]), np.array([r["se"] or 0.0 for r in pts])
+        (line,) = ax.plot(xs, ms, marker="o", label=label)
+        ax.fill_between(xs, ms - ses, ms + ses, color=line.get_color(), alpha=0.18, lw=0)  # +- 1 s.e. band
+    # Base rows drawn as their own line (a grid over variant) need no reference lines.
+    bases = {} if any(r["variant"] == "base" for r in rs) else {r["base"]: r["base_mean"] for r in rs if r.get("base")}
     for m in bases.values():
         ax.axhline(m, color="grey", ls=":", lw=1)
     if numeric and len({r[key] for r in rs}) > 2 and min(r[key] for r in rs) > 0:

@@ -71,7 +71,7 @@ def run_pipeline(
         ckpt = ensure_checkpoint(run, cache, data, dhash, "pretrain" in stages, bar, echo)
         if "eval" not in stages:
             continue
-        records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs))
+        records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs, shared=cache / "evals"))
         # After every run: an interrupted pipeline leaves its finished rows (and the other rows kept).
         write_results(_merge(records, kept, all_names), out)
     if "eval" in stages:

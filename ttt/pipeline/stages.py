@@ -126,6 +126,11 @@ def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool,
             f"{run['seeds']} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
         )
     cfg, sampler = train_configs(run)
+    if not (out / "meta.json").exists():
+        shorter = shorter_checkpoint(run, out, data_hash, steps)
+        if shorter is not None:
+            echo(f"  pretrain: continuing the {read_meta(shorter)['step']}-step checkpoint {shorter}")
+            copy_checkpoint(shorter, out)
     at = read_meta(out).get("step", 0) if (out / "meta.json").exists() else 0
     resuming = f" (resuming at step {at})" if at else ""
     echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}{resuming}")
@@ -147,6 +152,50 @@ def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool,
     return out
 
 
+def shorter_checkpoint(run: dict, out: Path, data_hash: str, steps: int) -> Path | None:
+    """The cached checkpoint of the same training run stopped earlier (most steps below `steps`), if any.
+
+    Pre-training's step `t` draws from `fold_in(seed_key, t)` and nothing depends on the total number of steps, so
+    continuing a 10k-step checkpoint to 30k gives the 30k-step checkpoint itself (tested bit for bit): a learning
+    curve pays for its longest point only. Same agent, configs, sampler, seeds, seed and data content are required.
+    """
+    from ttt.pretrain import config_dict, read_meta, verify_checkpoint
+    from ttt.storage import dumps
+
+    cfg, sampler = train_configs(run)
+    want = dumps(dict(agent=run["agent"], config=config_dict(cfg), sampler=config_dict(sampler), seeds=run["seeds"],
+                      seed=run["train_seed"], dataset_hash=data_hash), sort_keys=True)  # fmt: skip
+    best, best_step = None, 0
+    for d in out.parent.glob(f"{run['agent']}-*"):
+        if d == out or not (d / "meta.json").exists():
+            continue
+        try:
+            m = read_meta(d)
+            have = dumps({k: m[k] for k in ("agent", "config", "sampler", "seeds", "seed", "dataset_hash")},
+                         sort_keys=True)  # fmt: skip
+            if have != want or not best_step < m.get("step", 0) < steps:
+                continue
+            verify_checkpoint(d, m)
+        except (TttError, KeyError):
+            continue  # unreadable or corrupt: not a starting point
+        best, best_step = d, m["step"]
+    return best
+
+
+def copy_checkpoint(src: Path, out: Path) -> None:
+    """Copy a checkpoint's state file, then its meta.json (written last: a copy cut short is no checkpoint)."""
+    import shutil
+
+    from ttt.pretrain import read_meta
+    from ttt.storage import atomic_write_bytes
+
+    meta = read_meta(src)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(src / meta["state_file"], "rb") as f_in:
+        atomic_write_bytes(out / meta["state_file"], lambda f: shutil.copyfileobj(f_in, f))
+    atomic_write_text(out / "meta.json", (src / "meta.json").read_text())
+
+
 class EnvCache:
     """In-program envs built once per (env_id, backend), so every evaluation reuses the compiled programs."""
 
@@ -161,8 +210,25 @@ class EnvCache:
         return self._envs[(env_id, backend)]
 
 
-def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: Echo, envs: EnvCache) -> dict:
-    """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved)."""
+def _reused_record(run: dict, key: str, out: Path, shared: Path | None, echo: Echo) -> dict | None:
+    """A finished record of the same evaluation (same content key) under another row name of this output, or in
+    the shared cache `shared` (another pipeline's), with this row's run settings; None if there is none."""
+    places = sorted((out / "evals").glob(f"*-{key}.json")) + ([shared / f"{key}.json"] if shared else [])
+    for p in places:
+        rec = read_json(p) if p.exists() else None
+        if isinstance(rec, dict) and rec.get("eval_key") == key and "mean" in rec:
+            echo(f"  reused: {run['name']} is the same evaluation as {rec['run']['name']} ({p})")
+            return {**rec, "run": run}
+    return None
+
+
+def evaluate_run(
+    run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: Echo, envs: EnvCache, shared: Path | None = None
+) -> dict:
+    """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved).
+
+    A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
+    cache directory of records that every pipeline writes to), is reused instead of evaluated again."""
     from ttt.envs import has_jax_env
     from ttt.evaluate import evaluate
     from ttt.pretrain import load_checkpoint, read_meta
@@ -175,6 +241,10 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
             return record
         echo(f"  eval: {record_path} is corrupt (truncated or not a record); evaluating {run['name']} again")
         record_path.unlink()
+    reused = _reused_record(run, key, out, shared, echo)
+    if reused is not None:
+        atomic_write_text(record_path, dumps(reused))
+        return reused
     meta = read_meta(ckpt)
     setup = make_eval_setup(run, meta, max_episode_steps(env_id(run)))
     driver = run["driver"]
@@ -248,6 +318,8 @@ def evaluate_run(run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: 
                             steps=cat("steps"))  # fmt: skip
         atomic_save_npz(out / "trajectories" / f"{run['name']}.npz", trajectories, compress=False)
     atomic_write_text(record_path, dumps(record))
+    if shared is not None:
+        atomic_write_text(shared / f"{key}.json", dumps(record))
     echo(
         f"  eval: {run['name']}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
         f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
