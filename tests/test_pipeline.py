@@ -92,6 +92,7 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     part = out / "evals" / f".partial-{rec.stem.rsplit('-', 1)[1]}"
     (part / "task2.npz").unlink()
     rec.unlink()
+    (cache / "evals" / f"{rec.stem.rsplit('-', 1)[1]}.json").unlink()  # nor was it cached
     rc, stdout, err = run(args, capsys)
     assert rc == 0, err
     assert "eval: critic" in stdout and "eval: mc" not in stdout
