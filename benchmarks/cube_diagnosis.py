@@ -95,7 +95,7 @@ def harness(args) -> dict:
     for noise in (0.0, 0.1):
         created = []
 
-        def recording_make(env_id, **kw):
+        def recording_make(env_id, created=created, **kw):
             env = make_gym_env(env_id, **kw)
             created.append(env)
             return env
