@@ -257,13 +257,14 @@ def learn(args) -> dict:
     """Base success of a checkpoint on the 5 tasks (host driver, as `ttt eval`), with what the policy did to the
     cube: touched it (gripper contact), moved it (> 2 cm from its start), lifted it (z > 4 cm), the closest it got to
     the goal, and its distance to the goal at the end."""
-    import ttt
+    from ttt.evaluate import evaluate
     from ttt.pretrain import read_meta
+    from ttt.setups import load_run
 
-    setup, agents, data, env = ttt.load_run(args.ckpt, args.data)
+    setup, agents, data, env = load_run(args.ckpt, args.data)
     meta = read_meta(args.ckpt)
     t0 = time.perf_counter()
-    res = ttt.evaluate(setup, agents, data, episodes=args.episodes, driver="host", seed=args.seed)
+    res = evaluate(setup, agents, data, episodes=args.episodes, driver="host", seed=args.seed)
     spec = setup.spec
     obs = res.observations  # (seeds, tasks, episodes, L, obs)
     cube = spec.goal_coords(obs)
