@@ -78,6 +78,21 @@ def test_readme_script_and_every_readme_example_run_as_written(tiny_run, monkeyp
     assert capsys.readouterr().out.startswith("success")
 
 
+def test_the_one_function_rule_of_extending_md_runs_as_written(tiny_run, monkeypatch, capsys):
+    """docs/extending.md's rule of one function of the Context (the current state, a parameter of its own), swept with
+    lr as one program: every point keeps exactly its k rows in the first round."""
+    text = (README.parent / "docs" / "extending.md").read_text()
+    (code,) = _python_blocks(text.split("<!-- context-rule:start -->")[1].split("<!-- context-rule:end -->")[0])
+    monkeypatch.chdir(tiny_run)
+    ns = {"__name__": "extending"}
+    exec(compile(code, "extending.md", "exec"), ns)  # noqa: S102
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4
+    for point, result in ns["grid"]:
+        n0 = result.rounds["n_selected"][..., 0]
+        assert (n0 == np.minimum(point["k"], result.rounds["n_rel"][..., 0])).all()
+
+
 def test_load_run_returns_setup_agents_data_env(loaded):
     setup, agents, data, env = loaded
     assert setup.backbone == "gcbc" and setup.ttt.K == 250 and setup.ttt.finetune.steps == 2

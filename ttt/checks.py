@@ -6,6 +6,8 @@ silent broadcast. Shapes are static under `jit`, so the checks cost nothing at r
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -74,16 +76,41 @@ def check_agents(agents, backbone: str, cfg, obs_dim: int, action_dim: int, *, s
     return next(iter(lead)) if stacked else 1
 
 
+# The old positional signatures of the four slots, as the arguments drawn from a `Context` (deprecated form).
+POSITIONAL = {
+    "precompute": ("data, goal_xy, values, cfg, goal_eps", lambda c: (c.data, c.goal_xy, c.values, c.cfg, c.goal_eps)),
+    "relevance": ("tables, data, state_xy, cfg, goal_eps, row_values",
+                  lambda c: (c.tables, c.data, c.state_xy, c.cfg, c.goal_eps, c.row_values)),
+    "select": ("key, tables, rel, cfg", lambda c: (c.key, c.tables, c.relevant, c.cfg)),
+    "weights": ("tables, data, mask", lambda c: (c.tables, c.data, c.selection.mask)),
+}  # fmt: skip
+
+
+def takes_context(fn: Callable) -> bool:
+    """Whether `fn` is a transform of one `ttt.select.Context` (one required positional parameter), not of the
+    old positional arguments."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: take it as written for the context
+        return True
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return False
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in params if p.kind in positional and p.default is inspect.Parameter.empty) == 1
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckedTransform:
-    """A user's selection transform (`ttt.episode.Transforms` slot `slot`) whose return value is checked when it is
-    traced; equal to another wrapping of the same function, so equal setups still share compiled programs."""
+    """A user's selection transform (`ttt.episode.Transforms` slot `slot`) as a function of the `Context`, whose
+    return value is checked when it is traced; `positional`: `fn` takes the old positional arguments (deprecated).
+    Equal to another wrapping of the same function, so equal setups still share compiled programs."""
 
     slot: str
     fn: Callable
+    positional: bool = False
 
-    def __call__(self, *args, **kwargs):
-        out = self.fn(*args, **kwargs)
+    def __call__(self, ctx):
+        out = self.fn(*POSITIONAL[self.slot][1](ctx)) if self.positional else self.fn(ctx)
         name = getattr(self.fn, "__qualname__", repr(self.fn))
         where = f"transform {self.slot} ({name}) returned"
         if self.slot == "precompute":
@@ -96,7 +123,7 @@ class CheckedTransform:
                 raise TttError(f"{where} {_describe(out)}; it must return a ttt.select.Selection (mask, threshold), "
                                "e.g. Selection(mask, threshold), not a bare mask")  # fmt: skip
             return out
-        rows = args[1].observations.shape[0]  # relevance(tables, data, ...), weights(tables, data, mask)
+        rows = ctx.data.observations.shape[0]
         kind, ok = ("bool", jnp.bool_) if self.slot == "relevance" else ("integer", jnp.integer)
         if not (hasattr(out, "shape") and hasattr(out, "dtype")) or out.shape != (rows,):
             raise TttError(f"{where} {_describe(out)} of shape {getattr(out, 'shape', None)}; it must return a {kind} "
@@ -106,16 +133,43 @@ class CheckedTransform:
         return out
 
 
-def check_transforms(transforms):
-    """`transforms` (a `ttt.episode.Transforms`) with every function that is not the library's own wrapped in a
-    `CheckedTransform`, so that a wrong return type is named when the program is traced."""
+def _builtins() -> dict[str, tuple[Callable, Callable]]:
     from ttt import select as sel
 
-    defaults = {"precompute": sel.precompute, "relevance": sel.relevance, "select": sel.select,
-                "weights": sel.train_weights}  # fmt: skip
+    return {"precompute": (sel.precompute, sel.precompute_ctx), "relevance": (sel.relevance, sel.relevance_ctx),
+            "select": (sel.select, sel.select_ctx), "weights": (sel.train_weights, sel.weights_ctx)}  # fmt: skip
+
+
+def positional_slots(transforms) -> tuple[str, ...]:
+    """The slots of `transforms` holding a user function of the old positional arguments."""
+    out = []
+    for slot, (plain, ctx_fn) in _builtins().items():
+        fn = getattr(transforms, slot)
+        if isinstance(fn, CheckedTransform):
+            if fn.positional:
+                out.append(slot)
+        elif fn is not plain and fn is not ctx_fn and not takes_context(fn):
+            out.append(slot)
+    return tuple(out)
+
+
+def check_transforms(transforms):
+    """`transforms` (a `ttt.episode.Transforms`) with every slot a function of the `ttt.select.Context`: the
+    library's own as `select.*_ctx`, a user's wrapped in a `CheckedTransform` (so that a wrong return type is named
+    when the program is traced). A user function of the old positional arguments still runs, with a
+    DeprecationWarning naming it."""
     wrap = {}
-    for f in dataclasses.fields(transforms):
-        fn = getattr(transforms, f.name)
-        if f.name in defaults and fn is not defaults[f.name] and not isinstance(fn, CheckedTransform):
-            wrap[f.name] = CheckedTransform(f.name, fn)
-    return dataclasses.replace(transforms, **wrap) if wrap else transforms
+    for slot, (plain, ctx_fn) in _builtins().items():
+        fn = getattr(transforms, slot)
+        if fn is plain or fn is ctx_fn:
+            wrap[slot] = ctx_fn
+        elif not isinstance(fn, CheckedTransform):
+            positional = not takes_context(fn)
+            if positional:
+                name = getattr(fn, "__qualname__", repr(fn))
+                warnings.warn(f"transform {slot} ({name}) takes the old positional arguments ({POSITIONAL[slot][0]}); "
+                              "write it as a function of one ttt.select.Context (ctx.tables, ctx.state_xy, ctx.params, "
+                              "...; docs/extending.md): the positional form is deprecated", DeprecationWarning,
+                              stacklevel=3)  # fmt: skip
+            wrap[slot] = CheckedTransform(slot, fn, positional)
+    return dataclasses.replace(transforms, **wrap)

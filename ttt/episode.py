@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -36,8 +37,10 @@ from ttt.checks import check_transforms
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
+from ttt.errors import TttError
 from ttt.finetune import FinetuneConfig, make_finetune
-from ttt.select import GoalTables, SelectConfig, select_round
+from ttt.hparams import TRACED, HParams, broadcast, defaults, make_hparams
+from ttt.select import Context, GoalTables, SelectConfig, round_weights
 
 ROUND_METRICS = (
     "n_rel",
@@ -58,20 +61,42 @@ CRITICS = ("learned", "oracle")
 
 @dataclasses.dataclass(frozen=True)
 class Transforms:
-    """The selection stages a round composes; swap any for a function with the same signature to build a variant
-    (e.g. `dataclasses.replace(Transforms(), relevance=my_relevance)`), then pass it to `make_episodes` or
-    `make_round_fns`. All must be pure and fixed-shape.
+    """The selection stages a round composes; swap any for a function of one `ttt.select.Context` (the dataset, the
+    goal, the current state, the round, the key, the tables, the traced settings and your own parameters) to build a
+    variant, e.g. `Transforms(select=nearest_starts, params={"k": 8})`, then pass it to `make_setup(...,
+    transforms=...)`, `make_episodes` or `make_round_fns`. All must be pure and fixed-shape (docs/extending.md).
 
-    - `precompute(data, goal_xy, values, cfg, goal_eps) -> GoalTables` (once per episode: ends, returns, ...);
-    - `relevance(tables, data, state_xy, cfg, goal_eps, row_values) -> Bool[rows]`;
-    - `select(key, tables, rel, cfg) -> Selection` (the percentile filter);
-    - `weights(tables, data, mask) -> Int[rows]` (training-row weights).
+    - `precompute(ctx) -> GoalTables` (once per episode: ends, returns, ...; `ctx.values` are `V(s_j | g*)`);
+    - `relevance(ctx) -> Bool[rows]` (`ctx.tables`, `ctx.state_xy`);
+    - `select(ctx) -> Selection` (the percentile filter of rule 'paper'; `ctx.relevant`, `ctx.key`);
+    - `weights(ctx) -> Int[rows]` (training-row weights of rule 'paper'; `ctx.selection`);
+    - `params`: your transforms' own numbers, `{name: value}`; they reach them as `ctx.params.user[name]`, traced,
+      so `evaluate(..., params={name: v})` or `grid={name: [...]}` changes them without compiling again.
+
+    The defaults are `ttt.select.precompute / relevance / select / train_weights`. A function of their old
+    positional arguments (`select(key, tables, rel, cfg)`, ...) still runs, with a DeprecationWarning.
     """
 
     precompute: Callable = _select.precompute
     relevance: Callable = _select.relevance
     select: Callable = _select.select
     weights: Callable = _select.train_weights
+    params: Any = ()
+
+    def __post_init__(self):
+        p = self.params
+        items = p.items() if isinstance(p, Mapping) else p
+        try:
+            pairs = tuple(sorted((k, float(v)) for k, v in items))
+        except (TypeError, ValueError):
+            raise TttError(f"Transforms.params must map names to numbers, e.g. {{'k': 8}}, got {p!r}") from None
+        for k, v in pairs:
+            if not (isinstance(k, str) and k.isidentifier()) or k in TRACED:
+                raise TttError(f"Transforms.params: {k!r} is not a name of your own (an identifier, none of "
+                               f"{', '.join(TRACED)}: those are settings)")  # fmt: skip
+            if not math.isfinite(v):
+                raise TttError(f"Transforms.params: {k} must be a finite number, got {v!r}")
+        object.__setattr__(self, "params", pairs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +172,19 @@ def dataset_values(
     return values.reshape(-1)[:n]
 
 
+def ttt_batch(ttt: TTTConfig, sampler: SamplerConfig) -> int:
+    """Rows per fine-tuning batch: the TTT batch size, else the pre-training one."""
+    return ttt.finetune.batch_size or sampler.batch_size
+
+
+def default_hparams(
+    ttt: TTTConfig | None, sampler: SamplerConfig, spec: DatasetSpec, transforms: Transforms
+) -> HParams:
+    """The traced settings the static configs state (`ttt.hparams.defaults`), with the transforms' own parameters."""
+    batch = sampler.batch_size if ttt is None else ttt_batch(ttt, sampler)
+    return make_hparams(defaults(ttt, spec.goal_eps, dict(transforms.params)), batch)
+
+
 def make_round_fns(
     backbone_name: str,
     cfg,
@@ -156,8 +194,16 @@ def make_round_fns(
     transforms: Transforms = Transforms(),
 ):
     """`(prepare, adapt, act)` for one configuration (see the module docstring); all pure, unjitted, unbatched.
-    `transforms` supplies the selection stages."""
-    transforms = check_transforms(transforms)  # a user's transform returning the wrong type: a TttError naming it
+    `transforms` supplies the selection stages (functions of a `ttt.select.Context`).
+
+    - `prepare(agent, data, goal, oracle=None, params=None) -> GoalTables`;
+    - `adapt(agent0, opt_state0, key, data, tables, obs, goal, params=None, round=0) -> (agent, metrics)`;
+    - `act(agent, obs, goal, key=None, temperature=0.0) -> action`.
+
+    `goal` is the goal OBSERVATION (the shape of `obs`); its goal coordinates are `spec.goal_coords(goal)`.
+    `params` (`ttt.hparams.HParams`, traced): lr, q, eps, mix, noise_alpha and the transforms' own; None: the
+    values the configs state. `params.adapt` False: `adapt` returns `agent0` and idle metrics."""
+    transforms = check_transforms(transforms)  # context functions; a wrong return type: a TttError naming it
     backbone = get_backbone(backbone_name)
     sel = ttt.select
     oracle_critic = ttt.critic == "oracle"
@@ -166,9 +212,14 @@ def make_round_fns(
         raise ValueError(f"{backbone_name} has no value function under this config; use select mode 'mc' (critic-free)")
     if sel.relevance == "value" and not backbone.has_value(cfg):
         raise ValueError(f"value relevance needs a value function, which {backbone_name} lacks under this config")
+    if transforms.select is not _select.select_ctx and sel.rule_used != "paper":
+        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={sel.rule_used!r}")
     finetune = make_finetune(backbone_name, cfg, sampler, ttt.finetune, sel.mix)
 
-    def prepare(agent, data: Dataset, goal: Float[Array, " obs"], oracle=None) -> GoalTables:
+    def hparams(params):
+        return default_hparams(ttt, sampler, spec, transforms) if params is None else params
+
+    def prepare(agent, data: Dataset, goal: Float[Array, " obs"], oracle=None, params=None) -> GoalTables:
         """`oracle` (`ttt.envs.oracle.MazeOracle`, optional): the values with critic='oracle', and the ranking
         diagnostics (`GoalTables.oracle_steps`) with either critic."""
         goal_xy = spec.goal_coords(goal)
@@ -180,64 +231,66 @@ def make_round_fns(
                 values = oracle.values(data.goals, goal_xy, sel.gamma)
             else:
                 values = dataset_values(backbone.value, agent, data.observations, goal, ttt.value_chunk)
-        tables = transforms.precompute(data, goal_xy, values, sel, spec.goal_eps)
+        ctx = Context(data=data, goal_eps=spec.goal_eps, cfg=sel, goal_xy=goal_xy, params=hparams(params), goal=goal,
+                      values=values)  # fmt: skip
+        tables = transforms.precompute(ctx)
         if oracle is not None:
             tables = dataclasses.replace(tables, oracle_steps=oracle.steps(data.goals, goal_xy))
         return tables
 
-    def adapt(agent0, opt_state0, key: PRNGKeyArray, data: Dataset, tables: GoalTables, obs, goal):
+    def adapt(agent0, opt_state0, key: PRNGKeyArray, data: Dataset, tables: GoalTables, obs, goal, params=None,
+              round=0):  # fmt: skip
+        params = hparams(params)
         k_sel, k_ft = jax.random.split(key)
         row_values = None
         if sel.relevance == "value":
             row_values = dataset_values(
                 lambda a, o, g: backbone.value(a, g, o), agent0, data.observations, obs, ttt.value_chunk
             )  # V(s | s_j): the current state towards every row
-        weights, metrics = select_round(
-            k_sel,
-            tables,
-            data,
-            spec.goal_coords(obs),
-            sel,
-            spec.goal_eps,
-            row_values,
-            relevance_fn=transforms.relevance,
-            select_fn=transforms.select,
-            weights_fn=transforms.weights,
-        )
-        tuned, ft_metrics = finetune(agent0, opt_state0, k_ft, data, weights, goal)
-        empty = metrics["empty"]
-        ft_metrics = {k: jnp.where(empty, jnp.nan, v) for k, v in ft_metrics.items()}  # nothing kept: nothing trained
+        ctx = Context(data=data, goal_eps=spec.goal_eps, cfg=sel, goal_xy=spec.goal_coords(goal), params=params,
+                      goal=goal, obs=obs, state_xy=spec.goal_coords(obs), round=jnp.asarray(round, jnp.int32),
+                      key=k_sel, row_values=row_values, tables=tables)  # fmt: skip
+        weights, metrics = round_weights(ctx, transforms.relevance, transforms.select, transforms.weights)
+        tuned, ft_metrics = finetune(agent0, opt_state0, k_ft, data, weights, goal, params)
+        keep0 = metrics["empty"] | ~params.adapt
+        ft_metrics = {k: jnp.where(keep0, jnp.nan, v) for k, v in ft_metrics.items()}  # nothing kept: nothing trained
         agent = jax.tree.map(
-            lambda a, b: jnp.where(empty, a, b) if eqx.is_array(a) else a,
+            lambda a, b: jnp.where(keep0, a, b) if eqx.is_array(a) else a,
             agent0,
             tuned,
         )
-        return agent, {**metrics, **ft_metrics}
+        metrics = _where_tree(params.adapt, {**metrics, **ft_metrics}, _idle_metrics(()))
+        return agent, metrics
 
     return prepare, adapt, make_act(backbone_name)
 
 
 def make_act(backbone_name: str):
-    """`act(agent, obs, goal, key=None) -> action`: the backbone's mean action (temperature 0), deterministic, so
-    the key may be left out. `goal` is a goal OBSERVATION (the shape of `obs`), not goal coordinates."""
+    """`act(agent, obs, goal, key=None, temperature=0.0) -> action`: the backbone's action; at temperature 0 (the
+    default) its mean action, deterministic, so the key may be left out; `temperature` > 0 scales the actor's std
+    (action noise; traced). `goal` is a goal OBSERVATION (the shape of `obs`), not goal coordinates."""
     backbone = get_backbone(backbone_name)
 
-    def act(agent, obs, goal, key: PRNGKeyArray | None = None):
+    def act(agent, obs, goal, key: PRNGKeyArray | None = None, temperature=0.0):
         key = jax.random.key(0) if key is None else key  # temperature 0: the key draws nothing that is used
-        return backbone.act(agent, obs, goal, key, 0.0)
+        return backbone.act(agent, obs, goal, key, temperature)
 
     return act
 
 
 def empty_round_metrics(batch: int) -> dict[str, Array]:
     """Round metrics of a round that did not adapt (base policy, or every episode of the batch had ended)."""
-    nan = jnp.full((batch,), jnp.nan, jnp.float32)
-    zero = jnp.zeros((batch,), jnp.int32)
+    return _idle_metrics((batch,))
+
+
+def _idle_metrics(shape: tuple[int, ...]) -> dict[str, Array]:
+    nan = jnp.full(shape, jnp.nan, jnp.float32)
+    zero = jnp.zeros(shape, jnp.int32)
     return {
         "n_rel": zero,
         "n_selected": zero,
         "threshold": nan,
-        "empty": jnp.ones((batch,), bool),
+        "empty": jnp.ones(shape, bool),
         "n_train_rows": zero,
         "reach_frac": nan,
         "max_span": zero,
@@ -250,12 +303,12 @@ def empty_round_metrics(batch: int) -> dict[str, Array]:
 
 
 def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset, dyn0, metrics0):
-    """One round's `adapt` for the still-running episodes only: their indices are moved to the front (a stable
-    sort on `done`) and adapted `G` at a time by a `lax.while_loop` over `ceil(live / G)` buckets; each bucket
-    gathers its episodes' inputs, adapts them (`v_adapt`, vmapped over G), and scatters the tuned agents and round
-    metrics back. Ended episodes keep `dyn0` (their pre-trained arrays) and `metrics0`. Fixed shapes throughout; only
-    the loop's trip count depends on the data."""
-    agents0, opt_states0, k_adapt, tables, obs, goal = batched
+    """One round's `adapt` for the still-running episodes only (`done`: ended, or not adapting): their indices are
+    moved to the front (a stable sort on `done`) and adapted `G` at a time by a `lax.while_loop` over
+    `ceil(live / G)` buckets; each bucket gathers its episodes' inputs, adapts them (`v_adapt`, vmapped over G), and
+    scatters the tuned agents and round metrics back. Ended episodes keep `dyn0` (their pre-trained arrays) and
+    `metrics0`. Fixed shapes throughout; only the loop's trip count depends on the data."""
+    agents0, opt_states0, k_adapt, tables, obs, goal, params = batched
     B = done.shape[0]
     order = jnp.argsort(done, stable=True)  # running episodes first, in batch order
     n_live = jnp.sum(~done).astype(jnp.int32)
@@ -268,7 +321,7 @@ def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset
         live = pos < n_live
         idx = order[jnp.minimum(pos, B - 1)]
         agents, m = v_adapt(take(agents0, idx), take(opt_states0, idx), k_adapt[idx], data, take(tables, idx),
-                            obs[idx], goal[idx])  # fmt: skip
+                            obs[idx], goal[idx], take(params, idx))  # fmt: skip
         put = jnp.where(live, idx, B)  # B: out of range, dropped (a padded slot of the last bucket)
         scatter = lambda full, part: full.at[put].set(part, mode="drop")  # noqa: E731
         dyn = jax.tree.map(scatter, dyn, eqx.filter(agents, eqx.is_array))
@@ -292,10 +345,12 @@ def make_episodes(
     max_steps: int,
     transforms: Transforms = Transforms(),
 ):
-    """`episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks, oracle=None) -> EpisodeOut` for a
-    batch of B episodes (leading axis B on every argument but `env`, `data` and `oracle`; `opt_states0` may be
-    None; `oracle`, a `ttt.envs.oracle.MazeOracle`, is needed with critic='oracle' and adds the ranking
-    diagnostics to the round metrics). Pure; jit it.
+    """`episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks, oracle=None, params=None) ->
+    EpisodeOut` for a batch of B episodes (leading axis B on every argument but `env`, `data` and `oracle`;
+    `opt_states0` may be None; `oracle`, a `ttt.envs.oracle.MazeOracle`, is needed with critic='oracle' and adds
+    the ranking diagnostics to the round metrics; `params`, `ttt.hparams.HParams` with a leading axis B: each
+    episode's traced settings (lr, q, eps, mix, noise_alpha, temperature, adapt, your own), None: the configs'
+    values for every episode). Pure; jit it. A grid of settings is a batch whose elements differ in `params`.
 
     One `lax.scan` over `ceil(max_steps / K)` rounds; in each, `adapt` (vmapped over the batch) then a `lax.scan`
     over K environment steps (vmapped `act` and `env.step`). Steps past `max_steps` or after success change
@@ -317,11 +372,16 @@ def make_episodes(
     R = n_rounds(max_steps, ttt)
     reset_after = ttt is not None and ttt.reset_after_horizon
 
-    def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks, oracle=None) -> EpisodeOut:
+    def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks, oracle=None,
+                 params=None) -> EpisodeOut:  # fmt: skip
         B = tasks.shape[0]
         G = B if ttt is None or ttt.bucket is None else min(ttt.bucket, B)
+        if params is None:
+            params = broadcast(default_hparams(ttt, sampler, spec, transforms), B)
         state, obs, goal = jax.vmap(env.reset)(reset_keys, tasks)
-        tables = None if ttt is None else jax.vmap(prepare, in_axes=(0, None, 0, None))(agents0, data, goal, oracle)
+        tables = None
+        if ttt is not None:
+            tables = jax.vmap(prepare, in_axes=(0, None, 0, None, 0))(agents0, data, goal, oracle, params)
         opt_axis = None if opt_states0 is None else 0
         dyn0, static = eqx.partition(agents0, eqx.is_array)
 
@@ -329,36 +389,37 @@ def make_episodes(
             state, obs, done, success, steps = carry
             k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(ttt_keys, r)
             all_done = jnp.all(done)
+            idle = done | ~params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
             if ttt is not None:
 
-                v_adapt = jax.vmap(adapt, in_axes=(0, opt_axis, 0, None, 0, 0, 0))
+                v_adapt = jax.vmap(lambda *a: adapt(*a, round=r), in_axes=(0, opt_axis, 0, None, 0, 0, 0, 0))
                 if G >= B:  # the whole batch adapts together until all of it has ended
 
                     def run(obs):
-                        agents, m = v_adapt(agents0, opt_states0, k_adapt, data, tables, obs, goal)
+                        agents, m = v_adapt(agents0, opt_states0, k_adapt, data, tables, obs, goal, params)
                         return eqx.filter(agents, eqx.is_array), m
 
                     def skip(obs):
                         return dyn0, empty_round_metrics(B)
 
-                    dyn, metrics = jax.lax.cond(all_done, skip, run, obs)
+                    dyn, metrics = jax.lax.cond(jnp.all(idle), skip, run, obs)
                 else:
-                    dyn, metrics = _adapt_live(v_adapt, G, done, (agents0, opt_states0, k_adapt, tables, obs, goal),
-                                               data, dyn0, empty_round_metrics(B))  # fmt: skip
+                    batched = (agents0, opt_states0, k_adapt, tables, obs, goal, params)
+                    dyn, metrics = _adapt_live(v_adapt, G, idle, batched, data, dyn0, empty_round_metrics(B))
                 agents = eqx.combine(dyn, static)
             else:
                 agents, metrics = agents0, empty_round_metrics(B)
             # An episode that had ended reports an idle round whether or not its batch still ran the round.
-            metrics = {**_where_tree(~done, metrics, empty_round_metrics(B)), "active": ~done}
+            metrics = {**_where_tree(~idle, metrics, empty_round_metrics(B)), "active": ~done}
 
             def step_body(c, i):
                 state, obs, done, success, steps = c
                 t = r * K + i
                 active = ~done & (t < max_steps)
                 keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(k_act, i)
-                a = jax.vmap(act)(agents, obs, goal, keys)
+                a = jax.vmap(act)(agents, obs, goal, keys, params.temperature)
                 if reset_after:  # past the longest kept span: the pre-trained agent acts
-                    a0 = jax.vmap(act)(agents0, obs, goal, keys)
+                    a0 = jax.vmap(act)(agents0, obs, goal, keys, params.temperature)
                     a = jnp.where((i > metrics["max_span"])[:, None], a0, a)
                 new_state, new_obs, hit = jax.vmap(env.step)(state, a)
                 state = _where_tree(active, new_state, state)
@@ -409,11 +470,11 @@ def make_episode(
     program with a batch of one); `jax.vmap` it over (seed, task, episode) or call `make_episodes` directly."""
     episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps, transforms)
 
-    def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task, oracle=None) -> EpisodeOut:
+    def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task, oracle=None,
+                params=None) -> EpisodeOut:  # fmt: skip
         add = lambda tree: jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, tree)  # noqa: E731
-        out = episodes(
-            add(agent0), add(opt_state0), env, data, add(reset_key), add(ttt_key), jnp.asarray(task)[None], oracle
-        )
+        out = episodes(add(agent0), add(opt_state0), env, data, add(reset_key), add(ttt_key), jnp.asarray(task)[None],
+                       oracle, add(params))  # fmt: skip
         return jax.tree.map(lambda x: x[0], out)
 
     return episode

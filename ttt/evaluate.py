@@ -23,8 +23,19 @@ import numpy as np
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
 from ttt.envs.gym import make_gym_env, seed_env
-from ttt.episode import Transforms, TTTConfig, empty_round_metrics, make_act, make_episodes, make_round_fns, n_rounds
+from ttt.episode import (
+    Transforms,
+    TTTConfig,
+    empty_round_metrics,
+    make_act,
+    make_episodes,
+    make_round_fns,
+    n_rounds,
+    ttt_batch,
+)
 from ttt.errors import TttError
+from ttt.hparams import TRACED, HParams, defaults, make_hparams
+from ttt.hparams import stack as stack_hparams
 
 OGBENCH_TASKS = 5  # evaluation tasks of every OGBench environment this project uses (ids 1..5)
 
@@ -45,7 +56,8 @@ class EvalResult:
     - `observations` (seeds, tasks, episodes, max_steps, obs_dim): the observation after every step (frozen once
       the episode ended); `starts`, `goals` (seeds, tasks, episodes, obs_dim): the first observation and the goal
       OBSERVATION (its goal coordinates are `setup.spec.goal_coords(goal)`, e.g. the maze xy);
-    - `tasks`: the task ids of axis 1; `wall_s`: seconds the evaluation took, compilation included.
+    - `tasks`: the task ids of axis 1; `wall_s`: seconds the evaluation took, compilation included;
+    - `params`: the traced settings the episodes ran with (`ttt.hparams.TRACED` and your transforms' own), by name.
     """
 
     success: np.ndarray  # (seeds, tasks, episodes) in {0, 1}
@@ -56,6 +68,7 @@ class EvalResult:
     starts: np.ndarray | None = None  # (seeds, tasks, episodes, obs)
     goals: np.ndarray | None = None  # (seeds, tasks, episodes, obs)
     wall_s: float | None = None  # seconds the evaluation took (compile included)
+    params: dict[str, float] | None = None  # the traced settings of these episodes (lr, q, eps, ...)
 
     def per_seed(self) -> np.ndarray:
         """Success rate of each seed over all tasks and episodes."""
@@ -69,6 +82,36 @@ class EvalResult:
 
     def per_task(self) -> np.ndarray:
         return self.success.mean(axis=(0, 2))
+
+
+@dataclasses.dataclass(frozen=True)
+class GridResult:
+    """What `evaluate(..., grid=...)` returns: one `EvalResult` per grid point, all from one program.
+
+    - `points`: the settings of each point (a dict by name), the Cartesian product of the grid's lists in their
+      order, the last name varying fastest; `results[i]`: the `EvalResult` of `points[i]` (its `params` hold every
+      traced setting it ran with);
+    - `base`: with `base=True`, the pre-trained policy on the same episodes (None otherwise);
+    - `wall_s`: seconds the whole call took, compilation included.
+    """
+
+    points: tuple[dict[str, float], ...]
+    results: tuple[EvalResult, ...]
+    base: EvalResult | None = None
+    wall_s: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def __iter__(self):
+        return iter(zip(self.points, self.results, strict=True))
+
+    def at(self, **settings) -> EvalResult:
+        """The result of the point with these settings, e.g. `grid.at(lr=1e-4, q=0.1)`."""
+        for point, result in self:
+            if all(point.get(k) == v for k, v in settings.items()):
+                return result
+        raise TttError(f"no grid point has {settings}; the points are {list(self.points)}")
 
 
 make_env = make_gym_env  # deprecated name of `ttt.envs.gym.make_gym_env` (OGBench's gymnasium env, not an `Env`)
@@ -136,22 +179,69 @@ def _cached(factory, setup: EvalSetup):
     return _PROGRAMS[key]
 
 
+def program_setup(setup: EvalSetup) -> EvalSetup:
+    """`setup` with its traced settings (lr, q, eps, mix, noise_alpha, the transforms' own parameters) set to fixed
+    values: the compiled program reads them from its `params` argument, so setups that differ only in them share
+    one program. Setups with a transform of the old positional arguments keep theirs (such a transform may read
+    `cfg.q`, ...)."""
+    from ttt.checks import positional_slots
+
+    if setup.ttt is None or positional_slots(setup.transforms):
+        return setup
+    ttt = setup.ttt
+    sel = dataclasses.replace(ttt.select, q=0.05, eps_rel=None, mix=0.0, noise_alpha=0.0)
+    ft = dataclasses.replace(ttt.finetune, lr=3e-4)
+    transforms = dataclasses.replace(setup.transforms, params=tuple((k, 0.0) for k, _ in setup.transforms.params))
+    return dataclasses.replace(setup, ttt=dataclasses.replace(ttt, select=sel, finetune=ft), transforms=transforms)
+
+
+def setup_hparams(setup: EvalSetup, overrides: dict | None = None, adapt: bool = True) -> tuple[dict, HParams]:
+    """The traced settings of `setup` with `overrides` by name (each checked: a `TttError` names it), as a dict of
+    every name and as `HParams`."""
+    user = dict(setup.transforms.params)
+    values = defaults(setup.ttt, setup.spec.goal_eps, user)
+    for name in overrides or {}:
+        if name not in values:
+            raise TttError(f"params / grid: {name!r} is not a traced setting; valid: {', '.join(TRACED)}"
+                           + (f", and your transforms' {', '.join(user)}" if user else "")
+                           + " (K, N, batch and widths change shapes: one setup each)")  # fmt: skip
+    values = {**values, **(overrides or {})}
+    batch = setup.sampler.batch_size if setup.ttt is None else ttt_batch(setup.ttt, setup.sampler)
+    return values, make_hparams(values, batch, adapt)
+
+
+def grid_points(grid: dict) -> list[dict[str, float]]:
+    """The points of a grid `{name: [values]}`: the Cartesian product in the grid's order, the last name fastest."""
+    import itertools
+
+    if not isinstance(grid, dict) or not grid:
+        raise TttError(f"grid must be a dict of setting name -> list of values, e.g. {{'lr': [1e-4, 3e-4]}}, got "
+                       f"{grid!r}")  # fmt: skip
+    lists = []
+    for name, values in grid.items():
+        vals = list(values) if isinstance(values, list | tuple | np.ndarray) else None
+        if not vals:
+            raise TttError(f"grid: {name} must be a non-empty list of numbers, got {values!r}")
+        lists.append(vals)
+    return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*lists)]
+
+
 def _gather(tree, idx):
     """Element `idx` of a seed-stacked pytree (array leaves only; None stays None)."""
     return jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
 
 
 def make_compiled(setup: EvalSetup, max_traces: int | None = None):
-    """The jitted batch program `(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks) ->
-    EpisodeOut[B]` (`episode.make_episodes` on each element's seed of the seed-stacked agents); shard its batch
-    inputs to spread it over devices."""
+    """The jitted batch program `(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks, oracle,
+    params) -> EpisodeOut[B]` (`episode.make_episodes` on each element's seed of the seed-stacked agents; `params`:
+    each element's `HParams`, None: the setup's); shard its batch inputs to spread it over devices."""
     episodes = make_episodes(
         setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.max_steps, setup.transforms
     )
 
-    def program(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks, oracle=None):
+    def program(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks, oracle=None, params=None):
         opt0 = None if opt_states is None else _gather(opt_states, seed_idx)
-        return episodes(_gather(agents, seed_idx), opt0, env, data, reset_keys, ttt_keys, tasks, oracle)
+        return episodes(_gather(agents, seed_idx), opt0, env, data, reset_keys, ttt_keys, tasks, oracle, params)
 
     if max_traces is not None:
         program = eqx.debug.assert_max_traces(program, max_traces=max_traces)
@@ -336,8 +426,18 @@ def evaluate(
     n_devices: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     env=None,
-) -> EvalResult:
+    params: dict[str, float] | None = None,
+    grid: dict[str, list[float]] | None = None,
+    base: bool = False,
+) -> EvalResult | GridResult:
     """Evaluate seed-stacked `agents` (base if `setup.ttt` is None, else GC-TTT) on `tasks` x `episodes` per seed.
+
+    Traced settings (`ttt.hparams.TRACED`: lr, q, eps, mix, noise_alpha, temperature, and your transforms' own
+    parameters; driver 'compiled'): `params={name: value}` overrides the setup's values without compiling again;
+    `grid={name: [values], ...}` evaluates every point of the Cartesian product on the same episodes in ONE program
+    (the points are more elements of the vmapped batch) and returns a `GridResult`; `base=True` adds the pre-trained
+    policy on the same episodes to a GC-TTT call (`GridResult.base`; its episodes skip selection and fine-tuning).
+    Settings that change shapes (K, N, batch, widths, the rule) need one setup each.
 
     driver 'compiled': whole episodes as one jitted program vmapped over a batch of `batch_size` (default: all)
     (seed, task, episode) elements, sharded over `n_devices` devices (the batch is padded to a multiple of the
@@ -367,6 +467,7 @@ def evaluate(
                        f"setup's dataset {spec.name} has {spec.ob_dim} and {spec.action_dim}")  # fmt: skip
     tasks = check_tasks(tasks, OGBENCH_TASKS if env is None else env.num_tasks, spec.env_id)
     n_seeds = check_agents(agents, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim)
+    points, hps, point_values = _grid_params(setup, params, grid, base, driver)
 
     oracle = None
     if setup.ttt is not None and has_oracle(setup.spec.env_id):
@@ -376,7 +477,8 @@ def evaluate(
             f"critic 'oracle' needs a maze oracle, which {setup.spec.env_id} lacks (point mazes without teleports)"
         )
     eb = episode_batch(seed, n_seeds, tuple(tasks), episodes)
-    total = len(eb)
+    n_ep = len(eb)
+    total = n_ep * len(point_values)  # every point (and the base row) on the same episodes, point-major
     batch_sh, repl = batch_sharding(n_devices if driver == "compiled" else 1)
     n_dev = batch_sh.mesh.size
     bs = total if batch_size is None else batch_size
@@ -386,7 +488,7 @@ def evaluate(
     t0 = time.perf_counter()
     outs = []
     if driver == "compiled":
-        program = _cached(make_compiled, setup)
+        program = _cached(make_compiled, program_setup(setup))
         put = _put_global if jax.process_count() > 1 else jax.device_put
         agents_r, opt_r, data_r = (put(x, repl) if x is not None else None for x in (agents, opt_states, data))
         if jax.process_count() > 1:
@@ -398,8 +500,10 @@ def evaluate(
     for start in range(0, total, bs):
         idx = np.arange(start, start + bs)
         idx = np.minimum(idx, total - 1)  # pad the last batch with repeats of its last element
-        sub = eb.take(idx)
+        sub = eb.take(idx % n_ep)
         if driver == "compiled":
+            point_idx = jnp.asarray(idx // n_ep)
+            sub_params = jax.tree.map(lambda x, p=point_idx: x[p], hps)
             out = program(
                 agents_r,
                 opt_r,
@@ -410,6 +514,7 @@ def evaluate(
                 put(sub.ttt_keys, batch_sh),
                 put(jnp.asarray(sub.task), batch_sh),
                 None if oracle is None else put(oracle, repl),
+                jax.tree.map(lambda x: put(x, batch_sh), sub_params),
             )
             out = jax.tree.map(_fetch, out)
             out = dict(
@@ -430,20 +535,62 @@ def evaluate(
     cat = jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
     shape = (len(tasks), episodes, n_seeds)
 
-    def grid(x):  # (B, ...) task-major, seed fastest -> (seeds, tasks, episodes, ...)
+    def grid_of(x):  # (B, ...) task-major, seed fastest -> (seeds, tasks, episodes, ...)
         x = x.reshape(shape + x.shape[1:])
         return np.moveaxis(x, 2, 0)
 
-    return EvalResult(
-        success=grid(cat["success"]).astype(np.float32),
-        steps=grid(cat["steps"]),
-        tasks=tuple(tasks),
-        rounds={k: grid(v) for k, v in cat["rounds"].items()},
-        observations=grid(cat["observations"]),
-        starts=grid(cat["start"]),
-        goals=grid(cat["goal"]),
-        wall_s=wall,
-    )
+    results = []
+    for i, values in enumerate(point_values):
+        part = jax.tree.map(lambda x, i=i: x[i * n_ep : (i + 1) * n_ep], cat)
+        results.append(EvalResult(
+            success=grid_of(part["success"]).astype(np.float32),
+            steps=grid_of(part["steps"]),
+            tasks=tuple(tasks),
+            rounds={k: grid_of(v) for k, v in part["rounds"].items()},
+            observations=grid_of(part["observations"]),
+            starts=grid_of(part["start"]),
+            goals=grid_of(part["goal"]),
+            wall_s=wall,
+            params=values,
+        ))  # fmt: skip
+    if grid is None and not base:
+        return results[0]
+    return GridResult(points=tuple(points), results=tuple(results[: len(points)]),
+                      base=results[-1] if base else None, wall_s=wall)  # fmt: skip
+
+
+def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):
+    """The grid's points, their stacked `HParams` (the base row last, with `base`) and every point's settings by
+    name; a mistake in them is a one-line `TttError`."""
+    from ttt.checks import positional_slots
+
+    if params is not None and not isinstance(params, dict):
+        raise TttError(f"params must be a dict of setting name -> number, e.g. {{'lr': 1e-4}}, got {params!r}")
+    overrides = dict(params or {})
+    points = grid_points(grid) if grid is not None else [{}]
+    named = set(overrides) | (set(grid) if grid is not None else set())
+    if (named or base) and driver != "compiled":
+        raise TttError("params / grid / base need driver 'compiled' (the host driver runs the setup's own values)")
+    if base and setup.ttt is None:
+        raise TttError("base=True adds the pre-trained policy to a GC-TTT setup; this setup is the base policy already")
+    if setup.ttt is None and named - {"temperature"}:
+        raise TttError(f"params / grid: {', '.join(sorted(named - {'temperature'}))} need a GC-TTT setup (variant ttt "
+                       "or ttt-mc); the base policy has only temperature")  # fmt: skip
+    legacy = positional_slots(setup.transforms)
+    if legacy and named & {"q", "eps", "mix", "noise_alpha"}:
+        raise TttError(f"params / grid over {', '.join(sorted(named & {'q', 'eps', 'mix', 'noise_alpha'}))}: the "
+                       f"transform(s) {', '.join(legacy)} take the old positional arguments and read cfg; write them "
+                       "as functions of one ttt.select.Context (docs/extending.md)")  # fmt: skip
+    values, hps = [], []
+    for point in points:
+        v, hp = setup_hparams(setup, {**overrides, **point})
+        values.append(v)
+        hps.append(hp)
+    if base:
+        v, hp = setup_hparams(setup, overrides, adapt=False)
+        values.append(v)
+        hps.append(hp)
+    return points, stack_hparams(hps), values
 
 
 class _FromStartGoal(eqx.Module):
@@ -486,7 +633,8 @@ def run_episode(setup: EvalSetup, agent, data, env, start_xy, goal_xy, *, key=No
     key = jax.random.key(0) if key is None else key
     oracle = maze_oracle(spec.env_id) if setup.ttt is not None and has_oracle(spec.env_id) else None
     stack = lambda tree: jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, tree)  # noqa: E731
-    out = _cached(make_compiled, setup)(
+    _, hp = setup_hparams(setup)
+    out = _cached(make_compiled, program_setup(setup))(
         stack(agent),
         None if opt_state is None else stack(opt_state),
         _FromStartGoal(env, start, goal),
@@ -496,5 +644,6 @@ def run_episode(setup: EvalSetup, agent, data, env, start_xy, goal_xy, *, key=No
         key[None],
         jnp.ones((1,), jnp.int32),
         oracle,
+        stack(hp),
     )
     return jax.tree.map(lambda x: np.asarray(x[0]), out)

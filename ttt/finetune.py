@@ -23,7 +23,8 @@ from jaxtyping import Array, Float, PRNGKeyArray, Real
 from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
-from ttt.select import n_uniform, sample_ttt_rows, weight_table
+from ttt.hparams import HParams, n_uniform
+from ttt.select import sample_ttt_rows, weight_table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +67,13 @@ class TTTStep:
 
     - `init(agent) -> opt_state`: a fresh Adam state.
     - `table(weights) -> WeightTable`: the round's cumulative weights (one O(|D|) pass per round).
-    - `draw(k_rows, k_goals, data, table, goal) -> batch`: rows drawn (with `k_rows`) from the selection's
-      weights table (a `mix` fraction uniformly), the backbone's batch for them (goals relabelled with `k_goals`),
-      actor goal `g*` on the selected rows.
-    - `update(agent, opt_state, batch, key) -> (agent, opt_state, loss)`: one Adam step of the loss and the
-      backbone's target update. Adam covers only the arrays the loss differentiates (`Backbone.frozen` names the
+    - `draw(k_rows, k_goals, data, table, goal, n_mix=None) -> batch`: rows drawn (with `k_rows`) from the
+      selection's weights table (a `mix` fraction uniformly; `n_mix`, traced, overrides its row count), the
+      backbone's batch for them (goals relabelled with `k_goals`), actor goal `g*` (a goal OBSERVATION) on the
+      selected rows.
+    - `update(agent, opt_state, batch, key, lr=None) -> (agent, opt_state, loss)`: one Adam step of the loss (at
+      `lr`, traced, else the config's) and the backbone's target update.
+      Adam covers only the arrays the loss differentiates (`Backbone.frozen` names the
       rest: target networks, GC-BC's selection-only critic); their updates would be exactly zero.
     - `restrict(agent, opt_state) -> opt_state`: a pre-training Adam state cut to those arrays
       (`reuse_opt_state`).
@@ -106,16 +109,18 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
     def init(agent):
         return opt.init(eqx.filter(agent, trainable(agent)))
 
-    def draw(k_rows: PRNGKeyArray, k_goals: PRNGKeyArray, data: Dataset, table, goal):
-        idxs = sample_ttt_rows(k_rows, table, n, mix, data)
+    def draw(k_rows: PRNGKeyArray, k_goals: PRNGKeyArray, data: Dataset, table, goal, n_mix=None):
+        idxs = sample_ttt_rows(k_rows, table, n, mix, data, n_mix)
         batch = backbone.batch_fn(k_goals, data, idxs, sampler, cfg)
-        return backbone.with_actor_goal(batch, goal, jnp.arange(n) < n_goal_rows)
+        n_goal = n_goal_rows if n_mix is None else n - n_mix
+        return backbone.with_actor_goal(batch, goal, jnp.arange(n) < n_goal)
 
-    def update(agent, opt_state, batch, key: PRNGKeyArray):
+    def update(agent, opt_state, batch, key: PRNGKeyArray, lr=None):
         train, rest = eqx.partition(agent, trainable(agent))
         loss_of = lambda train: backbone.loss(eqx.combine(train, rest), batch, key, cfg)  # noqa: E731
         (loss, _), grads = eqx.filter_value_and_grad(loss_of, has_aux=True)(train)
-        updates, opt_state = opt.update(grads, opt_state, train)
+        o = opt if lr is None else optax.adam(lr)  # a traced lr: the same Adam (its state does not hold lr)
+        updates, opt_state = o.update(grads, opt_state, train)
         agent = backbone.target_update(eqx.combine(eqx.apply_updates(train, updates), rest), cfg)
         return agent, opt_state, loss
 
@@ -138,9 +143,10 @@ def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
 
     `mix` (`SelectConfig.mix`): the fraction of each batch drawn uniformly from the whole dataset (appendix, QRL:
     0.5); those rows keep their pre-training goal relabelling, the others get `g*` as actor goal.
-    `finetune(agent, opt_state, key, data, weights, goal) -> (agent, metrics)`: `weights[j]` are the selection's
-    per-row training weights (all zero: rows drawn uniformly, the caller discards the result); `opt_state` is
-    used only with `reuse_opt_state` (pass None otherwise). Metrics: the loss at the first and last step.
+    `finetune(agent, opt_state, key, data, weights, goal, params=None) -> (agent, metrics)`: `weights[j]` are the
+    selection's per-row training weights (all zero: rows drawn uniformly, the caller discards the result); `goal` is
+    the goal OBSERVATION g*; `opt_state` is used only with `reuse_opt_state` (pass None otherwise); `params`
+    (`ttt.hparams.HParams`, traced) replaces the config's `lr` and `mix`. Metrics: the loss at the first and last step.
     Each step is `TTTStep.draw` then `TTTStep.update` (`make_ttt_step`).
     """
     ts = make_ttt_step(backbone_name, cfg, sampler, ft, mix)
@@ -152,6 +158,7 @@ def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         data: Dataset,
         weights: Real[Array, " rows"],
         goal: Float[Array, " obs"],
+        params: HParams | None = None,
     ):
         if ft.steps == 0:
             nan = jnp.full((), jnp.nan, jnp.float32)
@@ -162,8 +169,9 @@ def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         def step(carry, i):
             agent, state = carry
             k_rows, k_goals, k_loss = jax.random.split(jax.random.fold_in(key, i), 3)
-            batch = ts.draw(k_rows, k_goals, data, table, goal)
-            agent, state, loss = ts.update(agent, state, batch, k_loss)
+            n_mix, lr = (None, None) if params is None else (params.n_mix, params.lr)
+            batch = ts.draw(k_rows, k_goals, data, table, goal, n_mix)
+            agent, state, loss = ts.update(agent, state, batch, k_loss, lr)
             return (agent, state), loss
 
         (agent, _), losses = jax.lax.scan(step, (agent, state0), jnp.arange(ft.steps))

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from fractions import Fraction
 from typing import Literal
 
 import equinox as eqx
@@ -25,6 +24,8 @@ from jaxtyping import Array, Bool, Float, Int, Key, Real
 
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import sample_rows
+from ttt.hparams import HParams, q_fraction
+from ttt.hparams import n_uniform as n_uniform  # re-exported: its home is ttt.hparams
 
 Mode = Literal["critic", "mc", "fixed"]
 Rule = Literal["paper", "episodes", "mc-episodes"]
@@ -38,7 +39,6 @@ DEFAULT_RULES = {"critic": "episodes", "mc": "paper", "fixed": "paper"}
 _BIG = float(jnp.finfo(jnp.float32).max) / 2  # "very far": NaN or out-of-range predicted steps
 _NO_INT = 2**30  # "none" for integer per-episode scores
 _RELEVANCES = ("distance", "value")
-_Q_MAX_DENOMINATOR = 10_000
 
 
 def _is_int(x) -> bool:
@@ -294,11 +294,14 @@ def relevance(
     cfg: SelectConfig,
     goal_eps: float | Float[Array, ""],
     row_values: Float[Array, " rows"] | None = None,
+    params: HParams | None = None,
 ) -> Bool[Array, " rows"]:
-    """Eligible rows relevant to the current state: `d(s, s_j) < eps_rel` (default `goal_eps`), or with
-    relevance='value', `row_values[j] = V(s | s_j) > c_rel`."""
+    """Eligible rows relevant to the current state (`state_xy`: its GOAL COORDINATES): `d(s, s_j) < eps_rel`
+    (`params.eps_rel` when given, else `cfg.eps_rel`, default `goal_eps`), or with relevance='value',
+    `row_values[j] = V(s | s_j) > c_rel`."""
     if cfg.relevance == "distance":
         eps_rel = goal_eps if cfg.eps_rel is None else cfg.eps_rel
+        eps_rel = eps_rel if params is None else params.eps_rel
         near = _goal_distance(data, state_xy) < eps_rel
     else:
         if row_values is None:
@@ -307,11 +310,10 @@ def relevance(
     return near & tables.eligible
 
 
-def n_keep(n_rel: Int[Array, ""] | int, q: float) -> Int[Array, ""]:
-    """`ceil(q * n_rel)` in exact integer arithmetic (q as its nearest fraction with denominator <= 10,000),
-    and at least 1 when `n_rel >= 1`."""
-    frac = Fraction(q).limit_denominator(_Q_MAX_DENOMINATOR)
-    num, den = frac.numerator, frac.denominator
+def n_keep(n_rel: Int[Array, ""] | int, q: float | tuple) -> Int[Array, ""]:
+    """`ceil(q * n_rel)` in exact integer arithmetic (q as its nearest fraction with denominator <= 10,000, or
+    given as a (numerator, denominator) pair of ints or traced int arrays), and at least 1 when `n_rel >= 1`."""
+    num, den = q if isinstance(q, tuple) else q_fraction(q)
     n_rel = jnp.asarray(n_rel, jnp.int32)
     k = (n_rel // den) * num + ((n_rel % den) * num + den - 1) // den  # no int32 overflow: (n % den) * num < 1e8
     return jnp.maximum(k, jnp.minimum(n_rel, 1))
@@ -342,9 +344,15 @@ def _mix32(x: Array) -> Array:
     return x ^ (x >> 16)
 
 
-def select(key: Key[Array, ""], tables: GoalTables, rel: Bool[Array, " rows"], cfg: SelectConfig) -> Selection:
+def select(
+    key: Key[Array, ""],
+    tables: GoalTables,
+    rel: Bool[Array, " rows"],
+    cfg: SelectConfig,
+    params: HParams | None = None,
+) -> Selection:
     """Keep exactly `ceil(q * n_rel)` relevant rows with the highest `G` (after optional value noise); ties are
-    broken at random with `key`.
+    broken at random with `key`. `q` and the noise scale are `params`' (traced) when given, else `cfg`'s.
 
     No sort: the k-th best score is found by bisection on its bits (32 counting passes over the rows), then the
     rows tied with it are ranked by a random permutation of the row ids (`_mix32` of the id xor two random words:
@@ -354,10 +362,11 @@ def select(key: Key[Array, ""], tables: GoalTables, rel: Bool[Array, " rows"], c
     n = rel.shape[0]
     n_rel = jnp.sum(rel, dtype=jnp.int32)
     scores = tables.returns
-    if cfg.noise_alpha > 0:
+    alpha = cfg.noise_alpha if params is None else params.noise_alpha
+    if params is not None or cfg.noise_alpha > 0:  # traced alpha: alpha 0 adds exactly 0
         mean_abs = jnp.sum(jnp.where(rel, jnp.abs(scores), 0.0)) / jnp.maximum(n_rel, 1)
-        scores = scores + cfg.noise_alpha * mean_abs * jax.random.normal(k_noise, (n,), scores.dtype)
-    k = n_keep(n_rel, cfg.q)
+        scores = scores + alpha * mean_abs * jax.random.normal(k_noise, (n,), scores.dtype)
+    k = n_keep(n_rel, cfg.q if params is None else (params.q_num, params.q_den))
     k1 = jnp.maximum(k, 1)
     keys = _sortable(scores)
     cut = _kth_largest(keys, rel, k1)
@@ -422,12 +431,13 @@ def episode_spans(tables: GoalTables, data: Dataset, rel: Bool[Array, " rows"], 
     )
 
 
-def quantile_cut(scores: Int[Array, " n"], ok: Bool[Array, " n"], q: float) -> tuple[Bool[Array, " n"], Array]:
+def quantile_cut(
+    scores: Int[Array, " n"], ok: Bool[Array, " n"], q: float | tuple
+) -> tuple[Bool[Array, " n"], Array]:
     """Which integer `scores[ok]` lie at or below their `q`-quantile (numpy's default linear interpolation), in
-    exact integer arithmetic (q as its nearest fraction with denominator <= 10,000), and the quantile itself
-    (NaN when no score is ok). One sort of `n` entries."""
-    frac = Fraction(q).limit_denominator(_Q_MAX_DENOMINATOR)
-    num, den = frac.numerator, frac.denominator
+    exact integer arithmetic (q as its nearest fraction with denominator <= 10,000, or a (numerator, denominator)
+    pair), and the quantile itself (NaN when no score is ok). One sort of `n` entries."""
+    num, den = q if isinstance(q, tuple) else q_fraction(q)
     m = jnp.sum(ok, dtype=jnp.int32)
     srt = jnp.sort(jnp.where(ok, scores, _NO_INT).astype(jnp.int32))
     pos = num * jnp.maximum(m - 1, 0)  # the quantile sits at sorted position pos / den
@@ -441,7 +451,9 @@ def quantile_cut(scores: Int[Array, " n"], ok: Bool[Array, " n"], q: float) -> t
     return keep, value
 
 
-def mc_episode_spans(tables: GoalTables, data: Dataset, rel: Bool[Array, " rows"], cfg: SelectConfig) -> Spans:
+def mc_episode_spans(
+    tables: GoalTables, data: Dataset, rel: Bool[Array, " rows"], cfg: SelectConfig, params: HParams | None = None
+) -> Spans:
     """Rule 'mc-episodes' (the published code's critic-free rule). For each relevant row `j` with a goal row
     ahead in its episode, `c_j` = steps to the first one (>= 1); per episode, `s` = the relevant row with the
     fewest (ties: the earliest) and `c` its count. Episodes with `c` at or below the `q`-quantile of `c` over the
@@ -457,7 +469,7 @@ def mc_episode_spans(tables: GoalTables, data: Dataset, rel: Bool[Array, " rows"
     c_ep = _segment_min(c, data)
     has = c_ep < _NO_INT
     s = _segment_min(jnp.where((c < _NO_INT) & (c == c_ep[ep]), rows, n), data)[ep]
-    keep_ep, cut = quantile_cut(c_ep, has, cfg.q)
+    keep_ep, cut = quantile_cut(c_ep, has, cfg.q if params is None else (params.q_num, params.q_den))
     starts = rows == s
     candidates = starts & has[ep]
     mask = starts & keep_ep[ep]
@@ -521,11 +533,6 @@ def span_metrics(tables: GoalTables, data: Dataset, sp: Spans, weights: Array) -
     return out
 
 
-def n_uniform(n: int, mix: float) -> int:
-    """How many of a TTT batch of `n` rows are drawn uniformly from the dataset: `round(mix * n)`, halves up."""
-    return int(math.floor(mix * n + 0.5))
-
-
 class WeightTable(eqx.Module):
     """The cumulative training weights of one round (`weight_table`), built once and sampled N times."""
 
@@ -560,19 +567,33 @@ def _sample_weighted(key: Key[Array, ""], table: WeightTable, n: int) -> tuple[I
 
 
 def sample_ttt_rows(
-    key: Key[Array, ""], weights: Real[Array, " rows"] | WeightTable, n: int, mix: float, data: Dataset
+    key: Key[Array, ""],
+    weights: Real[Array, " rows"] | WeightTable,
+    n: int,
+    mix: float,
+    data: Dataset,
+    n_mix: Int[Array, ""] | None = None,
 ) -> Int[Array, " n"]:
     """`n` TTT training rows: the first `n - round(mix * n)` drawn from `weights` (or their `weight_table`, to
     draw many batches from one cumulative sum), the rest uniformly from the valid rows. With all-zero weights
-    (empty selection) the weighted part falls back to uniform valid rows."""
+    (empty selection) the weighted part falls back to uniform valid rows. `n_mix` (traced, e.g.
+    `HParams.n_mix`) overrides `round(mix * n)`: then `n` rows are drawn from each source and the first `n - n_mix`
+    weighted ones kept, the same rows as the static split (JAX's draws are prefix-consistent)."""
     if not (_is_int(n) and n >= 1):
         raise ValueError(f"sample_ttt_rows: n must be an int >= 1, got {n!r}")
     if not (_is_real(mix) and 0.0 <= mix <= 1.0):
         raise ValueError(f"sample_ttt_rows: mix must be in [0, 1], got {mix!r}")
     table = weights if isinstance(weights, WeightTable) else weight_table(weights)
+    k_w, k_fallback, k_mix = jax.random.split(key, 3)
+    if n_mix is not None:
+        weighted, total = _sample_weighted(k_w, table, n)
+        weighted = jnp.where(total > 0, weighted, sample_rows(k_fallback, data, n))
+        uniform = sample_rows(k_mix, data, n)
+        pos = jnp.arange(n)
+        n_w = n - n_mix
+        return jnp.where(pos < n_w, weighted, uniform[jnp.maximum(pos - n_w, 0)]).astype(jnp.int32)
     n_mix = n_uniform(n, mix)
     n_w = n - n_mix
-    k_w, k_fallback, k_mix = jax.random.split(key, 3)
     parts = []
     if n_w > 0:
         weighted, total = _sample_weighted(k_w, table, n_w)
@@ -580,6 +601,67 @@ def sample_ttt_rows(
     if n_mix > 0:
         parts.append(sample_rows(k_mix, data, n_mix))
     return jnp.concatenate(parts).astype(jnp.int32)
+
+
+class Context(eqx.Module):
+    """What every selection transform sees: one value, so a rule of your own is one function of it
+    (docs/extending.md). Built by the episode for each transform call; a field that a stage has not reached yet is
+    None.
+
+    - `data`: the `Dataset`; `cfg`: the static `SelectConfig`; `goal_eps`: the environment's success radius;
+    - `goal`: the episode's goal OBSERVATION; `goal_xy`: its GOAL COORDINATES (like `data.goals`, e.g. maze xy);
+    - `obs`: the current observation and `state_xy` its goal coordinates (None in `precompute`, which runs once
+      per episode before the first round);
+    - `round`: the round's index from 0 (None in `precompute`); `key`: the round's selection key (`precompute`:
+      None);
+    - `values`: `V(s_j | g*)` of every row (None when selection needs no values); `row_values`: `V(s | s_j)`
+      (relevance 'value' only, else None);
+    - `params`: the traced settings (`ttt.hparams.HParams`: `lr`, `q`, `eps_rel`, `mix`, `noise_alpha`, ...)
+      and your own by name in `params.user` (declared with `Transforms(params={...})`; swept by
+      `evaluate(..., grid=...)`);
+    - `tables`: the episode's `GoalTables` (None in `precompute`); `relevant`: the relevant rows (from `select`
+      on); `selection`: the kept rows (in `weights`).
+    """
+
+    data: Dataset
+    goal_eps: float | Float[Array, ""]
+    cfg: SelectConfig = eqx.field(static=True)
+    goal_xy: Float[Array, " goal"] | None = None
+    params: HParams | None = None
+    goal: Float[Array, " obs"] | None = None
+    obs: Float[Array, " obs"] | None = None
+    state_xy: Float[Array, " goal"] | None = None
+    round: Int[Array, ""] | None = None
+    key: Key[Array, ""] | None = None
+    values: Float[Array, " rows"] | None = None
+    row_values: Float[Array, " rows"] | None = None
+    tables: GoalTables | None = None
+    relevant: Bool[Array, " rows"] | None = None
+    selection: Selection | None = None
+
+
+def precompute_ctx(ctx: Context) -> GoalTables:
+    """`precompute` as a transform of the context (the default `Transforms.precompute`)."""
+    return precompute(ctx.data, ctx.goal_xy, ctx.values, ctx.cfg, ctx.goal_eps)
+
+
+def relevance_ctx(ctx: Context) -> Bool[Array, " rows"]:
+    """`relevance` as a transform of the context (the default `Transforms.relevance`)."""
+    return relevance(ctx.tables, ctx.data, ctx.state_xy, ctx.cfg, ctx.goal_eps, ctx.row_values, ctx.params)
+
+
+def select_ctx(ctx: Context) -> Selection:
+    """`select` (the top-q filter) as a transform of the context (the default `Transforms.select`)."""
+    return select(ctx.key, ctx.tables, ctx.relevant, ctx.cfg, ctx.params)
+
+
+def weights_ctx(ctx: Context) -> Int[Array, " rows"]:
+    """`train_weights` of the kept rows as a transform of the context (the default `Transforms.weights`)."""
+    return train_weights(ctx.tables, ctx.data, ctx.selection.mask)
+
+
+CONTEXT_DEFAULTS = {"precompute": precompute_ctx, "relevance": relevance_ctx, "select": select_ctx,
+                    "weights": weights_ctx}  # fmt: skip
 
 
 def round_spans(
@@ -606,6 +688,27 @@ def round_spans(
     return mc_episode_spans(tables, data, rel, cfg)
 
 
+def round_weights(ctx: Context, relevance_fn=relevance_ctx, select_fn=select_ctx, weights_fn=weights_ctx):
+    """One round from a context holding `tables`, the state and the key: `relevance_fn(ctx)` -> the rule's spans
+    (rule 'paper': `select_fn(ctx)`, then `weights_fn(ctx)`; the episode rules: their own spans) -> `(weights,
+    metrics)` as `select_round` returns them. The functions take the `Context` (the fields filled so far)."""
+    rel = relevance_fn(ctx)
+    ctx = dataclasses.replace(ctx, relevant=rel)
+    rule = ctx.cfg.rule_used
+    tables, data = ctx.tables, ctx.data
+    if rule == "paper":
+        sel = select_fn(ctx)
+        sp = Spans(candidates=rel, mask=sel.mask, ends=tables.ends, threshold=sel.threshold, relevant=rel)
+        weights = weights_fn(dataclasses.replace(ctx, selection=sel))
+    else:
+        if rule == "episodes":
+            sp = episode_spans(tables, data, rel, ctx.cfg)
+        else:
+            sp = mc_episode_spans(tables, data, rel, ctx.cfg, ctx.params)
+        weights = span_weights(sp.mask, sp.ends, data)
+    return weights, span_metrics(tables, data, sp, weights)
+
+
 def select_round(
     key: Key[Array, ""],
     tables: GoalTables,
@@ -618,23 +721,36 @@ def select_round(
     relevance_fn=None,
     select_fn=None,
     weights_fn=None,
+    params: HParams | None = None,
 ) -> tuple[Int[Array, " rows"], dict[str, Array]]:
     """One round: relevance -> the rule's spans (rule 'paper': top fraction) -> training-row weights.
 
-    The stages default to `relevance`, `select` and `train_weights`; pass functions with the same signatures to
-    compose a variant (`select_fn` and `weights_fn` apply to rule 'paper'). Metrics (`span_metrics`): `n_rel`,
-    `n_selected` (spans kept), `threshold` (the worst kept score; NaN when empty), `empty` (nothing kept: the caller
-    keeps the pre-trained agent), `n_train_rows` (rows with weight > 0), `reach_frac` (kept spans that reach the
-    goal), `max_span` (rows in the longest kept span), and with an oracle `spearman`, `oracle_end_sel`,
+    `state_xy`: the current state's GOAL COORDINATES. The stages default to `relevance`, `select` and
+    `train_weights`; pass functions with the same (positional) signatures to compose a variant (`select_fn` and
+    `weights_fn` apply to rule 'paper'); `round_weights` takes transforms of one `Context` instead. `params`: traced
+    settings (`ttt.hparams.HParams`) that replace `cfg`'s q, eps_rel and noise_alpha. Metrics (`span_metrics`):
+    `n_rel`, `n_selected` (spans kept), `threshold` (the worst kept score; NaN when empty), `empty` (nothing kept:
+    the caller keeps the pre-trained agent), `n_train_rows` (rows with weight > 0), `reach_frac` (kept spans that
+    reach the goal), `max_span` (rows in the longest kept span), and with an oracle `spearman`, `oracle_end_sel`,
     `oracle_end_all`.
     """
-    rel = (relevance_fn or relevance)(tables, data, state_xy, cfg, goal_eps, row_values)
-    sp = round_spans(key, tables, data, rel, cfg, select_fn)
-    if cfg.rule_used == "paper":
-        weights = (weights_fn or train_weights)(tables, data, sp.mask)
-    else:
-        weights = span_weights(sp.mask, sp.ends, data)
-    return weights, span_metrics(tables, data, sp, weights)
+    if select_fn not in (None, select) and cfg.rule_used != "paper":
+        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={cfg.rule_used!r}")
+    ctx = Context(data=data, goal_eps=goal_eps, cfg=cfg, params=params, state_xy=state_xy, key=key,
+                  row_values=row_values, tables=tables)  # fmt: skip
+    rel_fn = relevance_ctx if relevance_fn in (None, relevance) else (
+        lambda c: relevance_fn(c.tables, c.data, c.state_xy, c.cfg, c.goal_eps, c.row_values))  # fmt: skip
+    sel_fn = select_ctx if select_fn in (None, select) else (lambda c: select_fn(c.key, c.tables, c.relevant, c.cfg))
+    w_fn = weights_ctx if weights_fn in (None, train_weights) else (
+        lambda c: weights_fn(c.tables, c.data, c.selection.mask))  # fmt: skip
+
+    def checked_select(c):
+        sel = sel_fn(c)
+        if not isinstance(sel, Selection):
+            raise TypeError(f"a select transform must return ttt.select.Selection, got {type(sel).__name__}")
+        return sel
+
+    return round_weights(ctx, rel_fn, checked_select, w_fn)
 
 
 def training_rows(

@@ -12,23 +12,22 @@ from ttt.pipeline.config import effective_rule
 from ttt.pipeline.keys import train_configs
 
 
-def relevance_everywhere(tables, data, state_xy, cfg, goal_eps, row_values=None):
+def relevance_everywhere(ctx):
     """Selection ablation 'optimal only' / 'random': every eligible row counts as relevant."""
-    return tables.eligible
+    return ctx.tables.eligible
 
 
-def select_random_rank(key, tables, rel, cfg):
+def select_random_rank(ctx):
     """Selection control 'random-rank': the same relevant rows and the same number kept, ranked by random scores
     instead of returns."""
-    import dataclasses as dc
-
     import jax
 
     from ttt.select import select
 
-    k_score, k_sel = jax.random.split(key)
+    k_score, k_sel = jax.random.split(ctx.key)
+    tables = ctx.tables
     scores = jax.random.uniform(k_score, tables.returns.shape, tables.returns.dtype)
-    return select(k_sel, dc.replace(tables, returns=scores), rel, cfg)
+    return select(k_sel, dataclasses.replace(tables, returns=scores), ctx.relevant, ctx.cfg, ctx.params)
 
 
 def make_eval_setup(run: dict, meta: dict, max_steps: int):
