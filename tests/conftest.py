@@ -10,9 +10,46 @@ passed 55,000 mappings by the suite's 180th test and crashed in XLA's CPU compil
 
 from __future__ import annotations
 
+import atexit
 import gc
+import os
+import shutil
+import sys
+import tempfile
 
 import pytest
+
+
+def _persistent_compilation_cache() -> None:
+    """Compiled programs are kept on disk for the session (JAX's persistent compilation cache in a temporary folder),
+    set here before JAX is imported so that the test processes and the CLI subprocesses the tests start all use it.
+
+    Why: the release after each module (below) throws away every compiled program, and many programs are the same
+    in the next module (the small eager operations of every agent initialisation, the tiny checkpoints' training
+    step, the episodes the subprocess tests rerun): reading one back costs a fraction of compiling it. The cache is
+    keyed by the program, the JAX/XLA versions and the XLA flags, so a hit is the executable a compile would give.
+    Each pytest-xdist worker has its own folder (two workers never write one entry at once). A folder the caller
+    names with JAX_COMPILATION_CACHE_DIR is used as it is and kept."""
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ and "TTT_TESTS_JAX_CACHE_ROOT" not in os.environ:
+        return  # the caller's own cache
+    root = os.environ.get("TTT_TESTS_JAX_CACHE_ROOT")
+    if root is None:  # the first process of the run (xdist's controller, or the only one): workers inherit the root
+        root = tempfile.mkdtemp(prefix="ttt-tests-jax-cache-")
+        os.environ["TTT_TESTS_JAX_CACHE_ROOT"] = root
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+    folder = os.path.join(root, os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    os.makedirs(folder, exist_ok=True)
+    settings = dict(JAX_COMPILATION_CACHE_DIR=folder, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")  # fmt: skip
+    os.environ.update(settings)
+    if "jax" in sys.modules:  # imported before this file (by a plugin): the environment was read already
+        import jax
+
+        for name, value in settings.items():
+            jax.config.update(name.lower(), value if name.endswith("DIR") else int(value))
+
+
+_persistent_compilation_cache()
 
 _PEAK = {"before_release": 0, "after_release": 0}
 
@@ -30,8 +67,6 @@ def _release_compiled_programs():
     """After each test module: drop JAX's compiled executables (and the evaluation program cache that holds some),
     then collect, which unmaps their memory."""
     yield
-    import sys
-
     if "jax" not in sys.modules:
         return
     _PEAK["before_release"] = max(_PEAK["before_release"], _mappings())

@@ -36,7 +36,7 @@ def tiny(tmp_path_factory):
 
 def agents(cfg, n=2):
     keys = jax.random.split(jax.random.key(0), n)
-    return eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, cfg).agent)(keys)
+    return eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, cfg).agent))(keys)  # one compile
 
 
 @pytest.mark.parametrize("mode", ["critic", "mc", None])
@@ -142,7 +142,7 @@ def test_antmaze_runs_through_the_host_driver(tmp_path):
     ttt = TTTConfig(K=15, select=SelectConfig(q=0.5, mode="mc", eps_rel=3.0), finetune=FinetuneConfig(steps=2, lr=1e-3))
     setup = EvalSetup("gcbc", cfg, sampler, spec, ttt, max_steps=30)
     keys = jax.random.split(jax.random.key(0), 1)
-    ag = eqx.filter_vmap(lambda k: init_state(k, "gcbc", 29, 8, cfg).agent)(keys)
+    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 29, 8, cfg).agent))(keys)
     res = evaluate(setup, ag, data, driver="host", episodes=1, tasks=(1, 2), seed=0)
     assert res.observations.shape == (1, 2, 1, 30, 29) and (res.steps == 30).all()
     assert res.rounds["n_selected"].shape[-1] == 2 and (res.rounds["n_selected"] > 0).any()

@@ -212,9 +212,9 @@ def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[T
     meta = read_meta(out) if meta is None else meta
     cfg = backbone_config(meta)
     keys = jax.random.split(jax.random.key(0), meta["seeds"])
-    template = eqx.filter_vmap(lambda k: init_state(k, meta["backbone"], meta["obs_dim"], meta["action_dim"], cfg))(
-        keys
-    )
+    # Only the structure, shapes and dtypes are needed: traced, not run (running it op by op compiles every op).
+    init = eqx.filter_vmap(lambda k: init_state(k, meta["backbone"], meta["obs_dim"], meta["action_dim"], cfg))
+    template = eqx.filter_eval_shape(init, keys)
     path = out / meta["state_file"]
     verify_checkpoint(out, meta)
     try:
