@@ -18,7 +18,7 @@ import numpy as np
 
 from ttt.errors import TttError
 
-CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "seeds", "n_episodes", "mean", "se",
+CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
               "paper", "paper_se", "welch_t", "welch_p", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
               "selection", "relevance", "c_rel", "episodes", "wall_s", "episodes_per_s", "checkpoint")  # fmt: skip
 
@@ -51,6 +51,7 @@ def rows(records: list[dict]) -> list[dict]:
     for rec in records:
         r = rec["run"]
         row = {k: r.get(k) for k in CSV_FIELDS if k in r}
+        row.update({k: r.get(k) for k in r.get("grid", [])})  # every swept key, e.g. pre-training steps
         row.update(
             profile=rec.get("profile"),
             seeds=rec["seeds"],
