@@ -250,10 +250,12 @@ def make_compiled(setup: EvalSetup, max_traces: int | None = None):
 
 def make_host_fns(setup: EvalSetup):
     """Jitted, batch-vmapped `(prepare, adapt, act)` for the host driver: the same pure functions the compiled
-    episode uses (`episode.make_round_fns`)."""
+    episode uses (`episode.make_round_fns`). With the lazy value pass (`TTTConfig.value_cap`) `adapt` also
+    returns the round's tables, for the next round."""
     if setup.ttt is not None:
         prepare, adapt, act = make_round_fns(
-            setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.transforms
+            setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.transforms,
+            with_tables=setup.ttt.lazy_values,
         )
     else:
         prepare = adapt = None
@@ -336,7 +338,10 @@ def run_host(
         k_adapt, k_act = keys(batch.ttt_keys, r)
         if adapt_b is not None and not done.all():
             o, g = jnp.asarray(obs), jnp.asarray(goals)
-            agent_r, m = adapt_b(agents, opt_states, seed_idx, k_adapt, data, tables, o, g)
+            out = adapt_b(agents, opt_states, seed_idx, k_adapt, data, tables, o, g)
+            agent_r, m = out[:2]
+            if len(out) == 3:  # the lazy value pass: the tables now hold the values this round computed
+                tables = out[2]
         else:  # base policy, or every episode already ended: nothing left to adapt
             agent_r, m = base_b(agents, seed_idx), _empty_round_metrics_np(B)
         idle = _empty_round_metrics_np(B)
