@@ -228,3 +228,53 @@ def test_config():
     with pytest.raises(ValueError, match="default selection transforms"):
         make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap=CAP), custom)
     make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap=None), custom)  # without value_cap: fine
+
+
+STITCH = "pointmaze-medium-stitch-v0"
+
+
+@pytest.fixture(scope="module")
+def stitch(tmp_path_factory):
+    from ttt.data import generate as gen
+    from ttt.data.files import load
+
+    d = tmp_path_factory.mktemp("tiny")
+    gen.generate(STITCH, episodes=6, seed=0, directory=d, workers=1)
+    return load(STITCH, d)
+
+
+def test_host_driver_and_evaluate_carry_the_cache(stitch):
+    """Through `ttt.evaluate`: the compiled program with the lazy pass equals the full pass exactly, and the host
+    driver (OGBench's gymnasium env, the round functions' tables carried by `run_host`) makes its selections."""
+    from ttt.evaluate import EvalSetup, evaluate
+
+    spec = get_spec(STITCH)
+    cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16, 16), "value_hidden_dims": (16, 16),
+                                                      "batch_size": 16})  # fmt: skip
+    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, cfg).agent))(
+        jax.random.split(jax.random.key(0), 2)
+    )
+    ttt = TTTConfig(K=20, select=SelectConfig(q=0.5, mode="critic", rule="episodes", h_min=3, eps_rel=0.5),
+                    finetune=FinetuneConfig(steps=3, lr=1e-3), value_chunk=64)  # fmt: skip
+    kw = dict(episodes=1, tasks=(1, 3), seed=4)
+    res = {}
+    for name, t, driver in [("full", ttt, "compiled"), ("lazy", dataclasses.replace(ttt, value_cap=0.02), "compiled"),
+                            ("host", dataclasses.replace(ttt, value_cap=0.02), "host")]:  # fmt: skip
+        res[name] = evaluate(EvalSetup("gcbc", cfg, sampler, spec, t, max_steps=60), ag, stitch, driver=driver,
+                             batch_size=4, **kw)  # fmt: skip
+    full, lazy, host = res["full"], res["lazy"], res["host"]
+    np.testing.assert_array_equal(full.observations, lazy.observations)
+    np.testing.assert_array_equal(full.success, lazy.success)
+    for k in full.rounds:
+        if k != "value_rows":
+            np.testing.assert_array_equal(full.rounds[k], lazy.rounds[k], err_msg=k)
+    rows = lazy.rounds["value_rows"]
+    assert 0 < rows.sum(axis=-1).max() < stitch.n_rows and (full.rounds["value_rows"] == 0).all()
+    # The host driver against the compiled program: as tests/test_evaluate.py compares them (float tolerance).
+    np.testing.assert_allclose(lazy.observations, host.observations, atol=1e-3)
+    np.testing.assert_array_equal(lazy.steps, host.steps)
+    for k in ("active", "empty", "n_rel", "n_selected", "n_train_rows"):
+        np.testing.assert_array_equal(lazy.rounds[k], host.rounds[k], err_msg=k)
+    assert lazy.rounds["n_selected"].max() > 0
+    live = host.rounds["active"].astype(bool)
+    np.testing.assert_array_equal(lazy.rounds["value_rows"][live], host.rounds["value_rows"][live])
