@@ -55,6 +55,7 @@ ROUND_METRICS = (
     "oracle_end_all",
     "loss_first",
     "loss_last",
+    "value_rows",
 )
 CRITICS = ("learned", "oracle")
 
@@ -112,6 +113,14 @@ class TTTConfig:
       moved to the front and adapted `bucket` at a time (a `lax.while_loop` over buckets), so an episode that has
       ended costs no selection or fine-tuning. None: the whole batch adapts in every round until all of it has
       ended (the pre-0.2 behaviour). Results do not depend on it (tested); only speed does.
+    - `value_cap`: the lazy value pass. None or 0 (the default): `prepare` computes `V(s_j | g*)` of every dataset
+      row once per episode. A fraction in (0, 1]: `prepare` computes none; each round computes the values of the
+      rows of the dataset episodes that hold a relevant row and were not computed before (the only rows the
+      built-in rules and diagnostics read), packed `ceil(value_cap * rows)` rows (rounded up to `value_chunk`) per
+      pass, as many passes as the round needs, and keeps them in the tables for later rounds. Selections and
+      results equal the full pass's exactly (tested); only the work differs: on pointmaze-medium-stitch about a
+      fifth of the rows per episode. The learned critic only (the oracle's values are cheap: computed in full),
+      with the default selection transforms. Round metric `value_rows`: rows whose values the round computed.
     """
 
     K: int = 100
@@ -121,6 +130,7 @@ class TTTConfig:
     critic: str = "learned"
     reset_after_horizon: bool = False
     bucket: int | None = 1
+    value_cap: float | None = None
 
     def __post_init__(self):
         if not (isinstance(self.K, int) and not isinstance(self.K, bool) and self.K >= 1):
@@ -135,6 +145,29 @@ class TTTConfig:
             isinstance(self.bucket, int) and not isinstance(self.bucket, bool) and self.bucket >= 1
         ):
             raise ValueError(f"TTT bucket must be an int >= 1 or None (the whole batch), got {self.bucket!r}")
+        cap = self.value_cap
+        if cap is not None and not (
+            isinstance(cap, int | float) and not isinstance(cap, bool) and math.isfinite(cap) and 0.0 <= cap <= 1.0
+        ):
+            raise ValueError(f"value_cap must be a fraction of the rows in [0, 1] or None (the full pass), got {cap!r}")
+
+    @property
+    def lazy_values(self) -> bool:
+        """Whether the lazy value pass is on (`value_cap` > 0; it applies to the learned critic only)."""
+        return bool(self.value_cap) and self.critic == "learned"
+
+
+def value_pass_rows(ttt: TTTConfig, n_rows: int) -> int:
+    """Rows of one packed pass of the lazy value pass: `ceil(value_cap * n_rows)` rounded up to a whole number of
+    the full pass's chunks (`min(value_chunk, n_rows)` rows), so each chunk has the full pass's shape."""
+    chunk = min(ttt.value_chunk, n_rows)
+    return max(1, -(-math.ceil(ttt.value_cap * n_rows) // chunk)) * chunk
+
+
+def _uncomputed_values(n_rows: int) -> Float[Array, " rows"]:
+    """What the lazy cache holds for rows not computed yet (NaN: 'very far'); no rule reads them (tests fill them
+    with garbage through this function)."""
+    return jnp.full((n_rows,), jnp.nan, jnp.float32)
 
 
 class EpisodeOut(eqx.Module):
@@ -192,12 +225,15 @@ def make_round_fns(
     spec: DatasetSpec,
     ttt: TTTConfig,
     transforms: Transforms = Transforms(),
+    with_tables: bool = False,
 ):
     """`(prepare, adapt, act)` for one configuration (see the module docstring); all pure, unjitted, unbatched.
     `transforms` supplies the selection stages (functions of a `ttt.select.Context`).
 
     - `prepare(agent, data, goal, oracle=None, params=None) -> GoalTables`;
-    - `adapt(agent0, opt_state0, key, data, tables, obs, goal, params=None, round=0) -> (agent, metrics)`;
+    - `adapt(agent0, opt_state0, key, data, tables, obs, goal, params=None, round=0) -> (agent, metrics)`, or with
+      `with_tables` `(agent, metrics, tables)`: the tables after the round (with `TTTConfig.value_cap`, holding the
+      values the round computed; pass them to the next round; otherwise the same tables);
     - `act(agent, obs, goal, key=None, temperature=0.0) -> action`.
 
     `goal` is the goal OBSERVATION (the shape of `obs`); its goal coordinates are `spec.goal_coords(goal)`.
@@ -214,6 +250,10 @@ def make_round_fns(
         raise ValueError(f"value relevance needs a value function, which {backbone_name} lacks under this config")
     if transforms.select is not _select.select_ctx and sel.rule_used != "paper":
         raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={sel.rule_used!r}")
+    lazy = needs_values and ttt.lazy_values
+    if lazy and any(getattr(transforms, k) is not v for k, v in _select.CONTEXT_DEFAULTS.items()):
+        raise ValueError("value_cap (the lazy value pass) needs the default selection transforms: a transform of "
+                         "your own may read values of rows it does not compute; set value_cap=None")  # fmt: skip
     finetune = make_finetune(backbone_name, cfg, sampler, ttt.finetune, sel.mix)
 
     def hparams(params):
@@ -229,6 +269,8 @@ def make_round_fns(
         if needs_values:
             if oracle_critic:
                 values = oracle.values(data.goals, goal_xy, sel.gamma)
+            elif lazy:  # none computed yet: each round computes the rows it reads (`refresh`)
+                values = _uncomputed_values(data.n_rows)
             else:
                 values = dataset_values(backbone.value, agent, data.observations, goal, ttt.value_chunk)
         ctx = Context(data=data, goal_eps=spec.goal_eps, cfg=sel, goal_xy=goal_xy, params=hparams(params), goal=goal,
@@ -236,7 +278,39 @@ def make_round_fns(
         tables = transforms.precompute(ctx)
         if oracle is not None:
             tables = dataclasses.replace(tables, oracle_steps=oracle.steps(data.goals, goal_xy))
+        if lazy:
+            tables = dataclasses.replace(tables, values=values, computed=jnp.zeros((data.n_episodes,), bool))
         return tables
+
+    def refresh(agent0, data: Dataset, tables: GoalTables, rel, goal, ctx) -> tuple[GoalTables, Int[Array, ""]]:
+        """The lazy value pass of one round: the values of the rows of every episode with a relevant row (`rel`)
+        not computed before, `cap` rows per pass (packed in row order by `nonzero`; a `lax.while_loop` over
+        passes), scattered into the cache; then the tables the rule reads, from the cache. Returns the tables and
+        the number of rows computed."""
+        n, E = data.n_rows, data.n_episodes
+        cap = value_pass_rows(ttt, n)
+        ep = data.ep_id.astype(jnp.int32)
+        touched = jax.ops.segment_max(rel.astype(jnp.int32), ep, num_segments=E, indices_are_sorted=True) > 0
+        new = touched & ~tables.computed
+        row_new = new[ep]
+        count = jnp.sum(row_new, dtype=jnp.int32)
+        order = jnp.nonzero(row_new, size=-(-n // cap) * cap, fill_value=n)[0].astype(jnp.int32)
+
+        def one_pass(c):
+            i, values = c
+            idx = jax.lax.dynamic_slice(order, (i * cap,), (cap,))  # n: a padded slot (gathers row n-1, dropped)
+            v = dataset_values(backbone.value, agent0, data.observations[jnp.minimum(idx, n - 1)], goal,
+                               ttt.value_chunk)  # fmt: skip
+            return i + 1, values.at[idx].set(v.astype(values.dtype), mode="drop")
+
+        _, values = jax.lax.while_loop(lambda c: c[0] * cap < count, one_pass, (jnp.int32(0), tables.values))
+        computed = tables.computed | new
+        if sel.rule_used == "episodes":  # the rule reads only the predicted steps
+            tables = dataclasses.replace(tables, steps=_select.predicted_steps(values, sel.gamma))
+        else:  # rule 'paper': ends and returns are within-episode scans of the values
+            fresh = transforms.precompute(dataclasses.replace(ctx, values=values, tables=None))
+            tables = dataclasses.replace(fresh, oracle_steps=tables.oracle_steps)
+        return dataclasses.replace(tables, values=values, computed=computed), count
 
     def adapt(agent0, opt_state0, key: PRNGKeyArray, data: Dataset, tables: GoalTables, obs, goal, params=None,
               round=0):  # fmt: skip
@@ -250,7 +324,17 @@ def make_round_fns(
         ctx = Context(data=data, goal_eps=spec.goal_eps, cfg=sel, goal_xy=spec.goal_coords(goal), params=params,
                       goal=goal, obs=obs, state_xy=spec.goal_coords(obs), round=jnp.asarray(round, jnp.int32),
                       key=k_sel, row_values=row_values, tables=tables)  # fmt: skip
-        weights, metrics = round_weights(ctx, transforms.relevance, transforms.select, transforms.weights)
+        relevance_fn = transforms.relevance
+        value_rows = jnp.int32(0)
+        if lazy:
+            if tables.computed is None:
+                raise ValueError("value_cap: these tables come from a prepare without value_cap (no value cache)")
+            # The default relevance reads only tables.eligible, which does not depend on the values.
+            rel = transforms.relevance(ctx)
+            tables, value_rows = refresh(agent0, data, tables, rel & params.adapt, goal, ctx)
+            ctx = dataclasses.replace(ctx, tables=tables)
+            relevance_fn = lambda _: rel  # noqa: E731
+        weights, metrics = round_weights(ctx, relevance_fn, transforms.select, transforms.weights)
         tuned, ft_metrics = finetune(agent0, opt_state0, k_ft, data, weights, goal, params)
         keep0 = metrics["empty"] | ~params.adapt
         ft_metrics = {k: jnp.where(keep0, jnp.nan, v) for k, v in ft_metrics.items()}  # nothing kept: nothing trained
@@ -259,8 +343,9 @@ def make_round_fns(
             agent0,
             tuned,
         )
-        metrics = _where_tree(params.adapt, {**metrics, **ft_metrics}, _idle_metrics(()))
-        return agent, metrics
+        metrics = _where_tree(params.adapt, {**metrics, **ft_metrics, "value_rows": value_rows},
+                              _idle_metrics(()))  # fmt: skip
+        return (agent, metrics, tables) if with_tables else (agent, metrics)
 
     return prepare, adapt, make_act(backbone_name)
 
@@ -299,16 +384,20 @@ def _idle_metrics(shape: tuple[int, ...]) -> dict[str, Array]:
         "oracle_end_all": nan,
         "loss_first": nan,
         "loss_last": nan,
+        "value_rows": zero,
     }
 
 
-def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset, dyn0, metrics0):
+def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset, dyn0, metrics0, cache=None):
     """One round's `adapt` for the still-running episodes only (`done`: ended, or not adapting): their indices are
     moved to the front (a stable sort on `done`) and adapted `G` at a time by a `lax.while_loop` over
     `ceil(live / G)` buckets; each bucket gathers its episodes' inputs, adapts them (`v_adapt`, vmapped over G), and
     scatters the tuned agents and round metrics back. Ended episodes keep `dyn0` (their pre-trained arrays) and
-    `metrics0`. Fixed shapes throughout; only the loop's trip count depends on the data."""
+    `metrics0`. Fixed shapes throughout; only the loop's trip count depends on the data. With `cache` (the tables
+    of the lazy value pass, which `v_adapt` then also returns) each bucket gathers its episodes' tables and scatters
+    the updated ones back; returns `(dyn, metrics, cache)`."""
     agents0, opt_states0, k_adapt, tables, obs, goal, params = batched
+    lazy = cache is not None
     B = done.shape[0]
     order = jnp.argsort(done, stable=True)  # running episodes first, in batch order
     n_live = jnp.sum(~done).astype(jnp.int32)
@@ -316,20 +405,25 @@ def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset
     take = lambda tree, idx: jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)  # noqa: E731
 
     def body(carry):
-        b, dyn, metrics = carry
+        b, dyn, metrics, cache = carry
+        tables_b = cache if lazy else tables
         pos = b * G + jnp.arange(G)
         live = pos < n_live
         idx = order[jnp.minimum(pos, B - 1)]
-        agents, m = v_adapt(take(agents0, idx), take(opt_states0, idx), k_adapt[idx], data, take(tables, idx),
-                            obs[idx], goal[idx], take(params, idx))  # fmt: skip
+        out = v_adapt(take(agents0, idx), take(opt_states0, idx), k_adapt[idx], data, take(tables_b, idx), obs[idx],
+                      goal[idx], take(params, idx))  # fmt: skip
+        agents, m = out[:2]
         put = jnp.where(live, idx, B)  # B: out of range, dropped (a padded slot of the last bucket)
         scatter = lambda full, part: full.at[put].set(part, mode="drop")  # noqa: E731
         dyn = jax.tree.map(scatter, dyn, eqx.filter(agents, eqx.is_array))
         metrics = jax.tree.map(scatter, metrics, m)
-        return b + 1, dyn, metrics
+        if lazy:
+            cache = jax.tree.map(scatter, cache, out[2])
+        return b + 1, dyn, metrics, cache
 
-    _, dyn, metrics = jax.lax.while_loop(lambda c: c[0] < n_buckets, body, (jnp.int32(0), dyn0, metrics0))
-    return dyn, metrics
+    init = (jnp.int32(0), dyn0, metrics0, cache)
+    _, dyn, metrics, cache = jax.lax.while_loop(lambda c: c[0] < n_buckets, body, init)
+    return dyn, metrics, cache
 
 
 def _where_tree(pred, a, b):
@@ -362,8 +456,9 @@ def make_episodes(
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
     if ttt is not None and ttt.K > max_steps:
         raise ValueError(f"TTT period K must be in [1, {max_steps}] (the episode length), got {ttt.K}")
-    if ttt is not None:
-        prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt, transforms)
+    lazy = ttt is not None and ttt.lazy_values
+    if ttt is not None:  # with the lazy value pass the tables are carried from round to round
+        prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt, transforms, with_tables=lazy)
     else:
         prepare = adapt = None
         act = make_act(backbone_name)
@@ -386,7 +481,8 @@ def make_episodes(
         dyn0, static = eqx.partition(agents0, eqx.is_array)
 
         def round_body(carry, r):
-            state, obs, done, success, steps = carry
+            state, obs, done, success, steps, cache = carry
+            tables_r = cache if lazy else tables
             k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(ttt_keys, r)
             all_done = jnp.all(done)
             idle = done | ~params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
@@ -395,17 +491,18 @@ def make_episodes(
                 v_adapt = jax.vmap(lambda *a: adapt(*a, round=r), in_axes=(0, opt_axis, 0, None, 0, 0, 0, 0))
                 if G >= B:  # the whole batch adapts together until all of it has ended
 
-                    def run(obs):
-                        agents, m = v_adapt(agents0, opt_states0, k_adapt, data, tables, obs, goal, params)
-                        return eqx.filter(agents, eqx.is_array), m
+                    def run(obs, cache):
+                        out = v_adapt(agents0, opt_states0, k_adapt, data, tables_r, obs, goal, params)
+                        return eqx.filter(out[0], eqx.is_array), out[1], out[2] if lazy else cache
 
-                    def skip(obs):
-                        return dyn0, empty_round_metrics(B)
+                    def skip(obs, cache):
+                        return dyn0, empty_round_metrics(B), cache
 
-                    dyn, metrics = jax.lax.cond(jnp.all(idle), skip, run, obs)
+                    dyn, metrics, cache = jax.lax.cond(jnp.all(idle), skip, run, obs, cache)
                 else:
                     batched = (agents0, opt_states0, k_adapt, tables, obs, goal, params)
-                    dyn, metrics = _adapt_live(v_adapt, G, idle, batched, data, dyn0, empty_round_metrics(B))
+                    dyn, metrics, cache = _adapt_live(v_adapt, G, idle, batched, data, dyn0, empty_round_metrics(B),
+                                                      cache)  # fmt: skip
                 agents = eqx.combine(dyn, static)
             else:
                 agents, metrics = agents0, empty_round_metrics(B)
@@ -436,11 +533,12 @@ def make_episodes(
                 obs = c[1]
                 return c, (jnp.broadcast_to(obs, (K,) + obs.shape), jnp.zeros((K, B, spec.action_dim), obs.dtype))
 
-            carry, traj = jax.lax.cond(all_done, idle, rollout, carry)
-            return carry, (traj, metrics)
+            carry, traj = jax.lax.cond(all_done, idle, rollout, carry[:5])
+            return (*carry, cache), (traj, metrics)
 
-        init = (state, obs, jnp.zeros((B,), bool), jnp.zeros((B,), bool), jnp.zeros((B,), jnp.int32))
-        (_, _, _, success, steps), ((obs_t, act_t), metrics) = jax.lax.scan(round_body, init, jnp.arange(R))
+        init = (state, obs, jnp.zeros((B,), bool), jnp.zeros((B,), bool), jnp.zeros((B,), jnp.int32),
+                tables if lazy else None)  # fmt: skip
+        (_, _, _, success, steps, _), ((obs_t, act_t), metrics) = jax.lax.scan(round_body, init, jnp.arange(R))
         # (R, K, B, d) -> (B, R * K, d)
         obs_t = jnp.moveaxis(obs_t.reshape((R * K,) + obs_t.shape[2:]), 0, 1)[:, :max_steps]
         act_t = jnp.moveaxis(act_t.reshape((R * K,) + act_t.shape[2:]), 0, 1)[:, :max_steps]

@@ -50,7 +50,7 @@ class EvalResult:
     - `rounds[name]` (seeds, tasks, episodes, rounds): each GC-TTT round's metrics (`ttt.episode.ROUND_METRICS`:
       `n_rel` relevant rows, `n_selected` kept rows, `threshold` the worst kept score, `empty` nothing kept,
       `n_train_rows`, `reach_frac`, `max_span`, ranking diagnostics, `loss_first` / `loss_last` the fine-tuning
-      loss at its first and last step) and `active` (the episode was still running). A round that kept nothing,
+      loss at its first and last step, `value_rows` the rows the lazy value pass computed) and `active` (the episode was still running). A round that kept nothing,
       or that ran after its episode ended, reports NaN losses and thresholds: nothing was trained. Base policy:
       one idle round;
     - `observations` (seeds, tasks, episodes, max_steps, obs_dim): the observation after every step (frozen once
@@ -250,10 +250,12 @@ def make_compiled(setup: EvalSetup, max_traces: int | None = None):
 
 def make_host_fns(setup: EvalSetup):
     """Jitted, batch-vmapped `(prepare, adapt, act)` for the host driver: the same pure functions the compiled
-    episode uses (`episode.make_round_fns`)."""
+    episode uses (`episode.make_round_fns`). With the lazy value pass (`TTTConfig.value_cap`) `adapt` also
+    returns the round's tables, for the next round."""
     if setup.ttt is not None:
         prepare, adapt, act = make_round_fns(
-            setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.transforms
+            setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.transforms,
+            with_tables=setup.ttt.lazy_values,
         )
     else:
         prepare = adapt = None
@@ -336,7 +338,10 @@ def run_host(
         k_adapt, k_act = keys(batch.ttt_keys, r)
         if adapt_b is not None and not done.all():
             o, g = jnp.asarray(obs), jnp.asarray(goals)
-            agent_r, m = adapt_b(agents, opt_states, seed_idx, k_adapt, data, tables, o, g)
+            out = adapt_b(agents, opt_states, seed_idx, k_adapt, data, tables, o, g)
+            agent_r, m = out[:2]
+            if len(out) == 3:  # the lazy value pass: the tables now hold the values this round computed
+                tables = out[2]
         else:  # base policy, or every episode already ended: nothing left to adapt
             agent_r, m = base_b(agents, seed_idx), _empty_round_metrics_np(B)
         idle = _empty_round_metrics_np(B)

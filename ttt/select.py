@@ -149,6 +149,11 @@ class GoalTables(eqx.Module):
     at or after `j` within eps of the goal (`n_rows` if none; in `j`'s episode iff `<= ep_end[j]`); `steps[j]`,
     the steps to the goal that the values predict, `log(1 + (1 - gamma) V) / log(gamma)` (`_BIG` where V is NaN or
     <= -1/(1 - gamma)); `oracle_steps[j]`, the true shortest-path steps to the goal (diagnostics, `ttt.envs.oracle`).
+
+    With the lazy value pass (`ttt.episode.TTTConfig.value_cap`) the tables also carry its cache: `values[j]`, the
+    values computed so far (NaN elsewhere), and `computed[e]`, whether dataset episode `e`'s rows hold their values.
+    The value-derived fields (`ends`, `returns`, `reaches`, `steps`) are then meaningful on the computed episodes'
+    rows only, the only rows a built-in rule or diagnostic reads (those of episodes with a relevant row).
     """
 
     rewards: Float[Array, " rows"]
@@ -159,6 +164,8 @@ class GoalTables(eqx.Module):
     first_hit: Int[Array, " rows"] | None = None
     steps: Float[Array, " rows"] | None = None
     oracle_steps: Float[Array, " rows"] | None = None
+    values: Float[Array, " rows"] | None = None
+    computed: Bool[Array, " episodes"] | None = None
 
 
 class Selection(eqx.Module):
