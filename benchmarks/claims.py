@@ -191,6 +191,8 @@ def claims() -> list[Claim]:
         Claim("4: more frequent TTT helps, saturating early on simple mazes", f"GC-BC, navigate, critic-free, N 200: "
               f"K 1000 vs K 200; {CPU}", "pointmaze play saturates at K = 200",
               Row(f"{AB}/nav-period-K1000", label="K 1000"), Row(f"{AB}/nav-period-K200", label="K 200")),
+        Claim("4", f"GC-BC, navigate, critic-free, N 200: K 1000 vs K 500; {CPU}", "more frequent is better",
+              Row(f"{AB}/nav-period-K1000", label="K 1000"), Row(f"{AB}/nav-period-K500", label="K 500")),
         Claim("4", f"GC-BC, navigate, critic-free, N 200: K 200 vs K 50; {CPU}", "no further gain below K = 200",
               Row(f"{AB}/nav-period-K200", label="K 200"), Row(f"{AB}/nav-period-K50", label="K 50"),
               expect="none"),
