@@ -219,6 +219,7 @@ def test_config():
     assert TTTConfig().value_cap is None and not TTTConfig().lazy_values
     assert not TTTConfig(value_cap=0.0).lazy_values and TTTConfig(value_cap=0.1).lazy_values
     assert not TTTConfig(value_cap=0.1, critic="oracle").lazy_values  # the oracle's values: computed in full
+    assert not TTTConfig(value_cap=0.1, select=SelectConfig(mode="mc")).lazy_values  # no values read
     for bad in (-0.1, 1.5, float("nan"), True, "0.1"):
         with pytest.raises(ValueError, match="value_cap"):
             TTTConfig(value_cap=bad)

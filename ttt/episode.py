@@ -153,8 +153,9 @@ class TTTConfig:
 
     @property
     def lazy_values(self) -> bool:
-        """Whether the lazy value pass is on (`value_cap` > 0; it applies to the learned critic only)."""
-        return bool(self.value_cap) and self.critic == "learned"
+        """Whether the lazy value pass is on: `value_cap` > 0, the learned critic, and a mode that reads values (not
+        'mc'; mode 'fixed' with a backbone without a value function reads none either: the pass then computes none)."""
+        return bool(self.value_cap) and self.critic == "learned" and self.select.mode != "mc"
 
 
 def value_pass_rows(ttt: TTTConfig, n_rows: int) -> int:
