@@ -214,7 +214,8 @@ SHARD_SCRIPT = textwrap.dedent(
 def test_two_forced_cpu_devices_give_the_same_results(tmp_path):
     script = tmp_path / "shard.py"
     script.write_text(SHARD_SCRIPT.format(tests=os.path.dirname(__file__)))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"  # keep the suite's flags
+    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json
@@ -254,7 +255,8 @@ def test_two_process_jax_distributed_matches_one_process(tmp_path):
     script = tmp_path / "dist.py"
     script.write_text(DIST_SCRIPT.format(tests=os.path.dirname(__file__)))
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f)
+    env["XLA_FLAGS"] = flags  # the suite's compile flags, one device per process
     with socket.socket() as sock:
         sock.bind(("localhost", 0))
         port = str(sock.getsockname()[1])
