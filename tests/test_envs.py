@@ -361,19 +361,16 @@ def _teleport_steps(backend: str, n: int):
     goal = init + UP * 0.2  # reached by the teleport step: success is measured before the teleport
     keys = jax.random.split(jax.random.key(7), len(init))
 
-    @eqx.filter_jit
-    def run(env, init, goal, keys):
-        def one(init, goal, key):
-            s0, _, _ = env.reset_to(init, goal, key=key)
-            s1, o1, ok1 = env.step(s0, UP)
-            s2, o2, ok2 = env.step(s1, UP)  # from the exit
-            s1b = eqx.tree_at(lambda s: s.qpos, s1, s0.qpos)  # back in front of the same teleport
-            s3, _, _ = env.step(s1b, UP)
-            return s0, s1, o1, ok1, o2, ok2, s3
-
-        return jax.vmap(one)(init, goal, keys)
-
-    return init, run(env, jnp.asarray(init), jnp.asarray(goal), keys)
+    # The reset and ONE vmapped step are compiled, the step then called three times (MJX's step compiled once
+    # instead of three copies inlined in one program: compiling it is most of the MJX test's time).
+    reset = eqx.filter_jit(lambda e, i, g, k: jax.vmap(lambda i, g, k: e.reset_to(i, g, key=k))(i, g, k))
+    step = eqx.filter_jit(lambda e, s: jax.vmap(lambda s: e.step(s, UP))(s))
+    s0, _, _ = reset(env, jnp.asarray(init), jnp.asarray(goal), keys)
+    s1, o1, ok1 = step(env, s0)
+    s2, o2, ok2 = step(env, s1)  # from the exit
+    s1b = eqx.tree_at(lambda s: s.qpos, s1, s0.qpos)  # back in front of the same teleport
+    s3, _, _ = step(env, s1b)
+    return init, (s0, s1, o1, ok1, o2, ok2, s3)
 
 
 @pytest.mark.parametrize("backend", ["mujoco", pytest.param("mjx", marks=pytest.mark.slow)])
@@ -382,11 +379,11 @@ def test_teleport_step_returns_pre_teleport_obs_and_draws_exits_uniformly(backen
     next state sits exactly on an outbound teleport, and the next step starts there. Over 2 x 1500 keys every
     exit is drawn equally often, and two consecutive draws of one episode are independent (the key is split at
     every step): chi-square tests at p >= 1e-6. MJX (whose vmapped physics costs ~100x C MuJoCo's on CPU): the
-    same checks on 2 x 150 keys, and the very exits the C backend draws from those keys (the draw is the env's,
+    same checks on 2 x 40 keys, and the very exits the C backend draws from those keys (the draw is the env's,
     not the physics'), so the C backend's uniformity test covers it."""
     env = _env(backend, TELEPORT_ID)
     starts = _teleport_approaches(env)
-    n_in, n_out, n = len(starts), len(env.teleport_out), 1500 if backend == "mujoco" else 150
+    n_in, n_out, n = len(starts), len(env.teleport_out), 1500 if backend == "mujoco" else 40
     init, (s0, s1, o1, ok1, o2, ok2, s3) = _teleport_steps(backend, n)
     np.testing.assert_allclose(o1, init + UP * 0.2, atol=1e-5)  # the pre-teleport position
     assert np.asarray(ok1).all() and not np.asarray(ok2).any()
