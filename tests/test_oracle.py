@@ -59,9 +59,9 @@ def test_cell_centre_oracle_follows_bfs_route():
 
 
 @pytest.mark.slow
-def test_200_navigate_episodes_visit_every_free_cell(tmp_path):
+def test_50_navigate_episodes_visit_every_free_cell(tmp_path):
     name = "pointmaze-medium-navigate-v0"
-    gen.generate(name, episodes=200, seed=0, directory=tmp_path, workers=2)
+    gen.generate(name, episodes=50, seed=0, directory=tmp_path, workers=2)
     with np.load(tmp_path / f"{name}.npz") as f:
         xy = f["observations"]
     env = gymnasium.make("pointmaze-medium-v0")
