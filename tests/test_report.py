@@ -25,3 +25,48 @@ def test_rows_keep_swept_keys_and_a_steps_curve_draws(tmp_path):
     path = tmp_path / "curve.png"
     plot_curves(rs, "steps", path, "success vs steps")
     assert path.stat().st_size > 1000
+
+
+def _write_record(d, rec: dict, key: str, n_episodes: int, mtime_ns: int) -> None:
+    import json
+    import os
+
+    rec = dict(rec, n_episodes=n_episodes)
+    p = d / f"{rec['run']['name']}-{key}.json"
+    p.write_text(json.dumps(rec))
+    os.utime(p, ns=(mtime_ns, mtime_ns))
+
+
+def test_report_from_evals_keeps_per_run_the_record_with_most_episodes_then_newest(tmp_path, capsys):
+    """`ttt report DIR --from-evals`: results.json from every record in DIR/evals, whatever the last --only wrote."""
+    import json
+
+    from ttt.cli.app import main
+
+    pytest.importorskip("matplotlib")
+    ev = tmp_path / "evals"
+    ev.mkdir()
+    base, ttt = _record(10_000, "base", 0.3), _record(10_000, "ttt", 0.9)
+    ttt["run"].update(lr=3e-4, N=100, K=100, q=0.05, mix=0.0)
+    _write_record(ev, dict(base, mean=0.5), "a", 30, 3_000)  # a 30-episode screen, newest
+    _write_record(ev, base, "b", 150, 1_000)  # the 150-episode row: kept
+    _write_record(ev, dict(ttt, mean=0.7), "c", 150, 1_000)
+    _write_record(ev, ttt, "d", 150, 2_000)  # same episodes, newer: kept
+    (tmp_path / "results.json").write_text(json.dumps(dict(rows=[], records=[])))  # what an --only run left
+    assert main(["report", str(tmp_path), "--from-evals"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [(r["run"]["variant"], r["n_episodes"], r["mean"]) for r in doc["records"]] == [
+        ("base", 150, 0.3),
+        ("ttt", 150, 0.9),
+    ]
+    assert (tmp_path / "report.md").exists()
+    assert "kept c-steps10000-variantbase-b.json (150 episodes)" in out
+
+
+def test_report_from_evals_without_records_is_a_one_line_error(tmp_path, capsys):
+    from ttt.cli.app import main
+
+    assert main(["report", str(tmp_path), "--from-evals"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and "no evaluation records" in err and "\n" not in err

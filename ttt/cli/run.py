@@ -60,12 +60,21 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
 @click.command("report")
 @click.argument("run_dirs", nargs=-1, required=True)
 @click.option("--out", type=str, default=None, help="Combined report directory (needed for several RUN_DIRs).")
-def report_cmd(run_dirs, out):
+@click.option("--from-evals", is_flag=True,
+              help="First rebuild results.json from every record in RUN_DIR/evals/ (per run: most episodes, then "
+                   "newest), e.g. after runs with --only or on other machines wrote into one directory.")  # fmt: skip
+def report_cmd(run_dirs, out, from_evals):
     """Rebuild report.md and plots from saved pipeline results (one directory in place, or several combined)."""
     from pathlib import Path
 
     from ttt.pipeline import combine, write_report
+    from ttt.pipeline.report import records_from_evals, write_results
 
+    if from_evals:
+        for d in run_dirs:
+            records = records_from_evals(d, echo=click.echo)
+            write_results(records, Path(d))
+            click.echo(f"{d}/results.json: {len(records)} records from {d}/evals")
     if len(run_dirs) == 1 and out is None:
         write_report(run_dirs[0], echo=click.echo)
     elif out is None:

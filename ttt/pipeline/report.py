@@ -96,6 +96,51 @@ def load_results(run_dir: str | Path) -> dict:
     return doc
 
 
+def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print) -> list[dict]:
+    """Every row's record from `RUN_DIR/evals/` (the evaluation cache, which keeps every record ever made there):
+    per run name the record with the most episodes, then the newest file; in the order of `pipeline.json`'s runs,
+    then by name. For results that several invocations (`--only`, other machines) wrote into one directory."""
+    ev = Path(run_dir) / "evals"
+    files = sorted(ev.glob("*.json")) if ev.is_dir() else []
+    best: dict[str, tuple] = {}
+    counts: dict[str, int] = {}
+    for f in files:
+        try:
+            rec = json.loads(f.read_text())
+            name, n = rec["run"]["name"], int(rec["n_episodes"])
+        except (ValueError, KeyError, TypeError):
+            raise TttError(f"{f}: not a ttt evaluation record (expected keys run.name, n_episodes)") from None
+        counts[name] = counts.get(name, 0) + 1
+        rank = (n, f.stat().st_mtime_ns)
+        if name not in best or rank > best[name][0]:
+            best[name] = (rank, rec, f)
+    if not best:
+        raise TttError(f"{run_dir}: no evaluation records in {ev}; `ttt run PIPELINE --out {run_dir}` writes them")
+    pos = {n: i for i, n in enumerate(_pipeline_order(Path(run_dir)))}
+    names = sorted(best, key=lambda n: (pos.get(n, len(pos)), n))
+    for n in names:
+        if counts[n] > 1:
+            echo(f"  {n}: {counts[n]} records, kept {best[n][2].name} ({best[n][1]['n_episodes']} episodes)")
+    return [best[n][1] for n in names]
+
+
+def _pipeline_order(run_dir: Path) -> list[str]:
+    """The run names of the directory's pipeline in its order: the whole pipeline file named by `pipeline.json`'s
+    source when it still loads (an `--only` invocation writes only its own runs there), else those runs."""
+    meta_p = run_dir / "pipeline.json"
+    if not meta_p.exists():
+        return []
+    meta = json.loads(meta_p.read_text())
+    names = [r["name"] for r in meta.get("runs", [])]
+    try:
+        from ttt.pipeline.config import load_pipeline
+
+        full = [r["name"] for r in load_pipeline(meta["source"]).runs]
+    except (KeyError, TypeError, OSError, TttError):
+        return names
+    return full + [n for n in names if n not in full]
+
+
 # --------------------------------------------------------------------------------------------------- tables
 
 

@@ -301,6 +301,7 @@ def evaluate_run(
         profile=meta.get("profile"),
         rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
         driver=driver,
+        device=_device_kind(),
         eval_key=key,
         seeds=int(success.shape[0]),
         n_episodes=int(success.size),
@@ -325,6 +326,14 @@ def evaluate_run(
         f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
     )
     return record
+
+
+def _device_kind() -> str:
+    """What ran the evaluation, e.g. 'cpu' or 'NVIDIA H100 80GB HBM3' (records from different machines differ in
+    floating point, not in their settings)."""
+    import jax
+
+    return str(jax.devices()[0].device_kind)
 
 
 def _se(se: float | None) -> float:
