@@ -49,12 +49,18 @@ def _persistent_compilation_cache() -> None:
             jax.config.update(name.lower(), value if name.endswith("DIR") else int(value))
 
 
-# XLA's CPU backend with LLVM's optimisation off: the suite's programs are small and run a few times, so compiling
-# them is most of its CPU time. Measured on this project's 2-core CPU, `python -m pytest -n 0 tests/test_grid.py`:
-# 146.6 s of user CPU with the default flags, 85.9 s with these (same 13 tests passing). Numbers are float32 either
-# way; a test compares programs compiled under the same flags, or against NumPy within a tolerance. XLA_FLAGS that
-# already set the optimisation level are left as they are; TTT_TESTS_DEFAULT_XLA=1 keeps XLA's default flags.
-FAST_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# XLA's CPU backend with LLVM's optimisation off and its older fusion emitters: the suite's programs are small and
+# run a few times, so compiling them is most of its CPU time. Measured on this project's 2-core CPU,
+# `python -m pytest -n 0 tests/test_grid.py`: 146.6 s of user CPU with the default flags, 85.9 s with the first two
+# flags; the whole suite 1791 CPU-s with those two, 1130 CPU-s with the emitters flag added (one episode program of
+# tests/test_lazy_values.py compiles in 2.2-2.8 s instead of 5.8-8.8 s). Numbers are float32 either way; with the
+# older emitters two different programs that compute the same values may differ in the last bit of a float, so the
+# tests that compare two programs use tests/helpers.py's `assert_same_values` (exact on integers and booleans, float32
+# rounding on floats; bit for bit under the default flags), and the multi-device subprocesses keep the default
+# emitters. XLA_FLAGS that already set the optimisation level are left as they are; TTT_TESTS_DEFAULT_XLA=1 keeps
+# XLA's default flags.
+FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
+                      "--xla_cpu_use_fusion_emitters=false")  # fmt: skip
 
 
 def _fast_compile() -> None:

@@ -1,8 +1,29 @@
-"""Helpers shared by the CLI test files: call the CLI in-process and check its one-line errors."""
+"""Helpers shared by the test files: call the CLI in-process and check its one-line errors; compare the arrays of
+two programs that must compute the same values."""
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
+
 from ttt.cli import main
+
+# The suite compiles with XLA's older CPU fusion emitters (tests/conftest.py, FAST_COMPILE_FLAGS). Two different
+# programs that compute the same values (the lazy and the full value pass, an empty selection and the base policy)
+# may then differ in the last bit of a float, where XLA's default emitters give bit-identical arrays. With
+# TTT_TESTS_DEFAULT_XLA=1 (XLA's default flags) `assert_same_values` compares bit for bit again.
+BITWISE = "xla_cpu_use_fusion_emitters=false" not in os.environ.get("XLA_FLAGS", "")
+
+
+def assert_same_values(x, y, err_msg: str = "") -> None:
+    """Equal arrays: integers, booleans (selections, counts, success) always exactly; floats exactly under XLA's
+    default emitters, else to float32 rounding (rtol 1e-5, atol 1e-6)."""
+    x, y = np.asarray(x), np.asarray(y)
+    if BITWISE or not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(y.dtype, np.floating)):
+        np.testing.assert_array_equal(x, y, err_msg=err_msg)
+    else:
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=err_msg)
 
 STITCH = "pointmaze-medium-stitch-v0"
 TINY = ["--set", "actor_hidden_dims=[8,8]", "--set", "value_hidden_dims=[8,8]", "--set", "batch_size=8"]

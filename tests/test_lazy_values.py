@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import ttt.episode as episode_mod
+from helpers import assert_same_values
+
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint
@@ -104,7 +106,14 @@ def assert_same(full, lazy):
     f = dataclasses.replace(full, rounds={k: v for k, v in full.rounds.items() if k != "value_rows"})
     z = dataclasses.replace(lazy, rounds={k: v for k, v in lazy.rounds.items() if k != "value_rows"})
     for x, y in zip(leaves(f), leaves(z), strict=True):
-        np.testing.assert_array_equal(x, y)
+        assert_same_values(x, y)
+
+
+def _by_state(weights: dict) -> list:
+    """The recorded (round, obs bytes, goal bytes) keys ordered by round, goal and observation values (not bytes: an
+    observation one float32 rounding apart, tests/helpers.py, keeps its place)."""
+    as_f = lambda b: tuple(np.frombuffer(b, np.float32).round(4))  # noqa: E731
+    return sorted(weights, key=lambda k: (k[0], as_f(k[2]), as_f(k[1])))
 
 
 def compare(ttt_full, ttt_lazy, recorder):
@@ -114,9 +123,12 @@ def compare(ttt_full, ttt_lazy, recorder):
     lazy = run(ttt_lazy)
     w_lazy = dict(recorder)
     assert_same(full, lazy)
-    assert w_full.keys() == w_lazy.keys() and len(w_full) > 0
-    for k in w_full:
-        np.testing.assert_array_equal(w_full[k], w_lazy[k])
+    assert len(w_full) == len(w_lazy) > 0
+    for kf, kz in zip(_by_state(w_full), _by_state(w_lazy), strict=True):  # the same (round, obs, goal) pairs
+        assert kf[0] == kz[0]
+        assert_same_values(np.frombuffer(kf[1], np.float32), np.frombuffer(kz[1], np.float32))
+        assert_same_values(np.frombuffer(kf[2], np.float32), np.frombuffer(kz[2], np.float32))
+        assert_same_values(w_full[kf], w_lazy[kz])
     assert any(w.sum() > 0 for w in w_full.values())  # real selections were compared
     return full, lazy
 
@@ -191,11 +203,11 @@ def test_round_function_loop_carries_the_cache():
         before = np.asarray(t_lazy.computed)
         a_z, m_z, t_lazy = adapt_z(ag, None, k_adapt, DATA, t_lazy, s, goal)
         for x, y in zip(leaves(a_f), leaves(a_z), strict=True):
-            np.testing.assert_array_equal(x, y)
+            assert_same_values(x, y)
         for k in m_f:
             if k != "value_rows":
-                np.testing.assert_array_equal(m_f[k], m_z[k], err_msg=k)
-        np.testing.assert_array_equal(weights(t_full, s), weights(t_lazy, s))
+                assert_same_values(m_f[k], m_z[k], err_msg=k)
+        assert_same_values(weights(t_full, s), weights(t_lazy, s))
         computed = np.asarray(t_lazy.computed)
         assert (computed >= before).all()
         new_rows = int(np.isin(ep, np.flatnonzero(computed & ~before)).sum())
@@ -203,7 +215,7 @@ def test_round_function_loop_carries_the_cache():
         rows_total += new_rows
         values = np.asarray(t_lazy.values)
         on = computed[ep]
-        np.testing.assert_array_equal(values[on], full_values[on])
+        assert_same_values(values[on], full_values[on])
         assert np.isnan(values[~on]).all()
     assert 0 < rows_total < DATA.n_rows
 
@@ -264,18 +276,18 @@ def test_host_driver_and_evaluate_carry_the_cache(stitch):
         res[name] = evaluate(EvalSetup("gcbc", cfg, sampler, spec, t, max_steps=60), ag, stitch, driver=driver,
                              batch_size=4, **kw)  # fmt: skip
     full, lazy, host = res["full"], res["lazy"], res["host"]
-    np.testing.assert_array_equal(full.observations, lazy.observations)
-    np.testing.assert_array_equal(full.success, lazy.success)
+    assert_same_values(full.observations, lazy.observations)
+    assert_same_values(full.success, lazy.success)
     for k in full.rounds:
         if k != "value_rows":
-            np.testing.assert_array_equal(full.rounds[k], lazy.rounds[k], err_msg=k)
+            assert_same_values(full.rounds[k], lazy.rounds[k], err_msg=k)
     rows = lazy.rounds["value_rows"]
     assert 0 < rows.sum(axis=-1).max() < stitch.n_rows and (full.rounds["value_rows"] == 0).all()
     # The host driver against the compiled program: as tests/test_evaluate.py compares them (float tolerance).
     np.testing.assert_allclose(lazy.observations, host.observations, atol=1e-3)
-    np.testing.assert_array_equal(lazy.steps, host.steps)
+    assert_same_values(lazy.steps, host.steps)
     for k in ("active", "empty", "n_rel", "n_selected", "n_train_rows"):
-        np.testing.assert_array_equal(lazy.rounds[k], host.rounds[k], err_msg=k)
+        assert_same_values(lazy.rounds[k], host.rounds[k], err_msg=k)
     assert lazy.rounds["n_selected"].max() > 0
     live = host.rounds["active"].astype(bool)
-    np.testing.assert_array_equal(lazy.rounds["value_rows"][live], host.rounds["value_rows"][live])
+    assert_same_values(lazy.rounds["value_rows"][live], host.rounds["value_rows"][live])
