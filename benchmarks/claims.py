@@ -198,6 +198,18 @@ def claims() -> list[Claim]:
         Claim("4", f"GC-BC, navigate, critic-free, N 200: K 200 vs K 50; {CPU}", "no further gain below K = 200",
               Row(f"{AB}/nav-period-K200", label="K 200"), Row(f"{AB}/nav-period-K50", label="K 50"),
               expect="none"),
+        # Insight 4 on play data, with the oracle critic (values that are right over any horizon).
+        Claim("4 (play data, oracle critic)", f"GC-BC, stitch, ORACLE critic (rule paper), N 200: K 1000 vs K 100; {CPU}",
+              "infrequent TTT hurts on play data", Row(f"{AB}/stitch-oracle-period-K1000", label="K 1000"),
+              Row(f"{AB}/stitch-oracle-period-K100", label="K 100")),
+        Claim("4 (play data, oracle critic)", f"GC-BC, stitch, ORACLE critic (rule paper), N 200: K 100 vs K 50; {CPU}",
+              "saturating", Row(f"{AB}/stitch-oracle-period-K100", label="K 100"),
+              Row(f"{AB}/stitch-oracle-period-K50", label="K 50"), expect="none"),
+        # Insight 5: TTT against a wider base policy of the same inference FLOPs per episode.
+        *[Claim("5: TTT beats FLOP-matched scaling", f"GC-BC, navigate: {w}x2 base vs 256x2 + critic-free TTT at K {k} "
+                f"(same inference FLOPs per episode); {CPU}", "TTT > scaled base at equal FLOPs",
+                Row(f"{AB}/nav-wide-{w}", label=f"{w}x2 base"), Row(f"{AB}/nav-flops-ttt-K{k}", label=f"TTT K {k}"))
+          for w, k in ((324, 1000), (380, 500), (512, 200))],
         # Appendix ablations (GC-BC navigate, critic-free, rule paper; the paper's are GC-IQL antmaze play): each point
         # against the default row (lr 3e-4, N 100, K 100, q 0.05, eps 1, alpha 0, H dynamic).
         Claim("appendix N x lr: more steps help at first", f"GC-BC, navigate, critic-free, lr 3e-5: N 25 vs N 400; {CPU}",
