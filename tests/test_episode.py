@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from helpers import assert_same_values
 
 from ttt.data.dataset import Dataset

@@ -13,10 +13,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import ttt.episode as episode_mod
 from helpers import assert_same_values
 
+import ttt.episode as episode_mod
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint

@@ -130,8 +130,11 @@ def _pipeline_order(run_dir: Path) -> list[str]:
     meta_p = run_dir / "pipeline.json"
     if not meta_p.exists():
         return []
-    meta = json.loads(meta_p.read_text())
-    names = [r["name"] for r in meta.get("runs", [])]
+    try:
+        meta = json.loads(meta_p.read_text())
+        names = [r["name"] for r in meta.get("runs", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return []  # an unreadable pipeline.json: order by name
     try:
         from ttt.pipeline.config import load_pipeline
 
