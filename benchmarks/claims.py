@@ -89,7 +89,8 @@ def verdict(c: Claim, A: dict, B: dict) -> str:
 
 def table(claims: list[Claim]) -> str:
     lines = [
-        "| claim | ours: setting | paper | A (reference) | B | episodes per row | B - A | Welch p (seeds / episodes) | verdict |",
+        "| claim | ours: setting | paper | A (reference) | B | episodes per row | B - A | "
+        "Welch p (seeds / episodes) | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in claims:

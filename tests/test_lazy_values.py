@@ -198,7 +198,7 @@ def test_round_function_loop_carries_the_cache():
         s = jnp.asarray(s)
         k_adapt, _ = round_keys(jax.random.key(4), r)
         a_f, m_f, same = adapt_f(ag, None, k_adapt, DATA, t_full, s, goal)
-        assert same is t_full or all(np.array_equal(x, y) for x, y in zip(leaves(same), leaves(t_full)))
+        assert same is t_full or all(np.array_equal(x, y) for x, y in zip(leaves(same), leaves(t_full), strict=True))
         before = np.asarray(t_lazy.computed)
         a_z, m_z, t_lazy = adapt_z(ag, None, k_adapt, DATA, t_lazy, s, goal)
         for x, y in zip(leaves(a_f), leaves(a_z), strict=True):

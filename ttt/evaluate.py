@@ -50,8 +50,9 @@ class EvalResult:
     - `rounds[name]` (seeds, tasks, episodes, rounds): each GC-TTT round's metrics (`ttt.episode.ROUND_METRICS`:
       `n_rel` relevant rows, `n_selected` kept rows, `threshold` the worst kept score, `empty` nothing kept,
       `n_train_rows`, `reach_frac`, `max_span`, ranking diagnostics, `loss_first` / `loss_last` the fine-tuning
-      loss at its first and last step, `value_rows` the rows the lazy value pass computed) and `active` (the episode was still running). A round that kept nothing,
-      or that ran after its episode ended, reports NaN losses and thresholds: nothing was trained. Base policy:
+      loss at its first and last step, `value_rows` the rows the lazy value pass computed) and `active` (the
+      episode was still running). A round that kept nothing, or that ran after its episode ended, reports NaN
+      losses and thresholds: nothing was trained. Base policy:
       one idle round;
     - `observations` (seeds, tasks, episodes, max_steps, obs_dim): the observation after every step (frozen once
       the episode ended); `starts`, `goals` (seeds, tasks, episodes, obs_dim): the first observation and the goal
