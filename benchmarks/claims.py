@@ -117,6 +117,12 @@ CPU = "cpu, 10k"
 GPU = "cpu profile, H100"
 
 
+def _default(label: str) -> Row:
+    """The ablation screen's default critic-free row (GC-BC navigate: lr 3e-4, N 100, K 100, q 0.05, eps 1, alpha 0,
+    H dynamic), which every appendix point is compared against."""
+    return Row(f"{AB}/nav-steps-N100-lr0.0003", label=label)
+
+
 def claims() -> list[Claim]:
     nav, st = "pointmaze-medium-navigate-v0", "pointmaze-medium-stitch-v0"
     return [
@@ -220,36 +226,27 @@ def claims() -> list[Claim]:
               Row(f"{AB}/nav-steps-N400-lr3e-05", label="N 400")),
         Claim("appendix N x lr: the higher lr adapts faster",
               f"GC-BC, navigate, critic-free, N 100: lr 3e-5 vs 3e-4; {CPU}",
-              "slight advantage of 3e-4", Row(f"{AB}/nav-steps-N100-lr3e-05", label="lr 3e-5"),
-              Row(f"{AB}/nav-steps-N100-lr0.0003", label="lr 3e-4")),
-        Claim("appendix N x lr: too many steps may hurt",
-              f"GC-BC, navigate, critic-free, lr 3e-4: N 100 vs N 400; {CPU}",
-              "may decrease", Row(f"{AB}/nav-steps-N100-lr0.0003", label="N 100"),
-              Row(f"{AB}/nav-steps-N400-lr0.0003", label="N 400"), expect="loss"),
-        Claim("appendix q: robust to q", f"GC-BC, navigate, critic-free: q 0.05 vs q 0.2; {CPU}", "rather robust",
-              Row(f"{AB}/nav-steps-N100-lr0.0003", label="q 0.05"), Row(f"{AB}/nav-quantile-q0.2", label="q 0.2"),
-              expect="none"),
-        Claim("appendix q: an overly lax q hurts",
-              f"GC-BC, navigate, critic-free: q 0.05 vs q 1 (no optimality filter); {CPU}",
-              "extremes lower performance", Row(f"{AB}/nav-steps-N100-lr0.0003", label="q 0.05"),
-              Row(f"{AB}/nav-quantile-q1", label="q 1"), expect="loss"),
-        Claim("appendix eps: extreme radii degrade", f"GC-BC, navigate, critic-free: eps 1 vs eps 0.25; {CPU}",
-              "extremes degrade", Row(f"{AB}/nav-steps-N100-lr0.0003", label="eps 1"),
-              Row(f"{AB}/nav-radius-eps0.25", label="eps 0.25"), expect="loss"),
-        Claim("appendix eps", f"GC-BC, navigate, critic-free: eps 1 vs eps 4; {CPU}", "extremes degrade",
-              Row(f"{AB}/nav-steps-N100-lr0.0003", label="eps 1"), Row(f"{AB}/nav-radius-eps4", label="eps 4"),
-              expect="loss"),
-        Claim("appendix value noise: modest noise is harmless",
-              f"GC-BC, navigate, critic-free (MC returns): alpha 0 vs 0.1; {CPU}",
-              "0.73 -> 0.78 (alpha 0.1)", Row(f"{AB}/nav-steps-N100-lr0.0003", label="alpha 0"),
-              Row(f"{AB}/nav-noise-noise_alpha0.1", label="alpha 0.1"), expect="none"),
-        Claim("appendix value noise: strong noise hurts",
-              f"GC-BC, navigate, critic-free (MC returns): alpha 0 vs 1; {CPU}",
-              "0.73 -> 0.31 (alpha 1)", Row(f"{AB}/nav-steps-N100-lr0.0003", label="alpha 0"),
-              Row(f"{AB}/nav-noise-noise_alpha1", label="alpha 1"), expect="loss"),
+              "slight advantage of 3e-4", Row(f"{AB}/nav-steps-N100-lr3e-05", label="lr 3e-5"), _default("lr 3e-4")),
+        # (claim, setting: default vs point, paper, default's label, the point's record and label, expected B - A)
+        *[Claim(c, f"GC-BC, navigate, critic-free{w}; {CPU}", p, _default(da), Row(f"{AB}/{row}", label=lb), expect=e)
+          for c, w, p, da, row, lb, e in (
+              ("appendix N x lr: too many steps may hurt", ", lr 3e-4: N 100 vs N 400", "may decrease", "N 100",
+               "nav-steps-N400-lr0.0003", "N 400", "loss"),
+              ("appendix q: robust to q", ": q 0.05 vs q 0.2", "rather robust", "q 0.05", "nav-quantile-q0.2",
+               "q 0.2", "none"),
+              ("appendix q: an overly lax q hurts", ": q 0.05 vs q 1 (no optimality filter)",
+               "extremes lower performance", "q 0.05", "nav-quantile-q1", "q 1", "loss"),
+              ("appendix eps: extreme radii degrade", ": eps 1 vs eps 0.25", "extremes degrade", "eps 1",
+               "nav-radius-eps0.25", "eps 0.25", "loss"),
+              ("appendix eps", ": eps 1 vs eps 4", "extremes degrade", "eps 1", "nav-radius-eps4", "eps 4", "loss"),
+              ("appendix value noise: modest noise is harmless", " (MC returns): alpha 0 vs 0.1",
+               "0.73 -> 0.78 (alpha 0.1)", "alpha 0", "nav-noise-noise_alpha0.1", "alpha 0.1", "none"),
+              ("appendix value noise: strong noise hurts", " (MC returns): alpha 0 vs 1", "0.73 -> 0.31 (alpha 1)",
+               "alpha 0", "nav-noise-noise_alpha1", "alpha 1", "loss"),
+          )],
         *[Claim("appendix H: dynamic H matches a fixed H",
                 f"GC-BC, navigate, critic-free: dynamic H vs fixed H {h}; {CPU}",
-                "dynamic matches the best fixed H", Row(f"{AB}/nav-steps-N100-lr0.0003", label="dynamic"),
+                "dynamic matches the best fixed H", _default("dynamic"),
                 Row(f"{AB}/nav-horizon-H{h}", label=f"H {h}"), expect="none",
                 partly="fixed-H rows bootstrap H-step returns with GC-BC's 10k-update learned critic (rule paper), "
                        "which ranks no better than random ranking (the selection study); the dynamic row uses "
