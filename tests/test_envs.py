@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 
@@ -66,8 +67,13 @@ def _gym_episode(task: int) -> dict[str, np.ndarray]:
     )
 
 
+_TRACES: collections.Counter = collections.Counter()
+
+
 @eqx.filter_jit
 def _rollout(env, state, actions):
+    _TRACES[env.backend, env.env_id] += 1  # Python runs only when the program is traced: the traces per env
+
     def body(s, a):
         s, obs, success = env.step(s, a)
         return s, (obs, success)
@@ -81,15 +87,29 @@ def _reset_to(env, init, goal, key=None):
     return env.reset_to(init, goal, key=key)
 
 
+def _rollout_rebuilt_last(env, state, actions, last: bool):
+    """``_rollout``; the last call of a test with a freshly built env, which must reuse the program traced for the
+    cached env: the env is a jit argument, not a constant (at most one trace per test, none for the rebuilt env)."""
+    key = (env.backend, env.env_id)
+    if last:
+        before = _TRACES[key]
+        out = _rollout(make_env(env.env_id, env.backend), state, actions)
+        assert _TRACES[key] == before, "a rebuilt env retraced the rollout"
+        return out
+    return _rollout(env, state, actions)
+
+
 def _check_parity(backend: str) -> float:
     env = _env(backend)
     worst, contacts = 0.0, 0
+    traced = _TRACES[backend, ENV_ID]
     for task in TASKS:
         ep = _gym_episode(task)
         state, obs, goal_obs = _reset_to(env, ep["init"], ep["goal"])
         np.testing.assert_allclose(obs, ep["obs"], atol=1e-6)
         np.testing.assert_allclose(goal_obs, ep["goal_obs"], atol=1e-6)
-        qpos, success = (np.asarray(x) for x in _rollout(env, state, jnp.asarray(ep["actions"], jnp.float32)))
+        actions = jnp.asarray(ep["actions"], jnp.float32)
+        qpos, success = (np.asarray(x) for x in _rollout_rebuilt_last(env, state, actions, task == TASKS[-1]))
         err = np.abs(qpos - ep["qpos"]).max()
         assert err <= PARITY_TOL, f"task {task}: max |xy error| {err:.2e} over 1000 steps"
         worst = max(worst, err)
@@ -103,6 +123,7 @@ def _check_parity(backend: str) -> float:
         short = np.abs(ep["qpos"] - prev) < 0.2 * np.abs(ep["actions"]) - 1e-3
         contacts += int(short.any(-1).sum())
     assert contacts >= 100, f"only {contacts} contact steps: the test would not exercise the walls"
+    assert _TRACES[backend, ENV_ID] - traced <= 1, "the rollout was traced more than once for one env"
     return worst
 
 
@@ -169,9 +190,11 @@ def test_vmapped_step_equals_a_loop_mjx():
 
 
 @pytest.mark.parametrize("env_id", [ENV_ID, "pointmaze-teleport-v0"])
-@pytest.mark.parametrize("backend", ["mujoco", pytest.param("mjx", marks=pytest.mark.slow)])
-def test_env_is_a_jit_argument_without_retrace(backend, env_id):
-    """The env passes through ``eqx.filter_jit`` as an argument; a second call (and a rebuilt env) reuses the trace."""
+def test_env_is_a_jit_argument_without_retrace(env_id):
+    """The env passes through ``eqx.filter_jit`` as an argument; a second call (and a rebuilt env) reuses the trace.
+    The MJX backend's env (its model a jit argument too) is checked the same way by the parity tests, whose last
+    rollout runs a rebuilt env through the program traced for the cached one (``_rollout_rebuilt_last``)."""
+    backend = "mujoco"
     env = _env(backend, env_id)
 
     @eqx.filter_jit
@@ -309,7 +332,7 @@ def _check_teleport_parity_away(backend: str) -> None:
     gym.reset(seed=0, options=dict(task_id=1))
     u = gym.unwrapped
     tin = np.asarray(env.teleport_in, np.float64)
-    contacts = 0
+    contacts, traced = 0, _TRACES[backend, TELEPORT_ID]
     for seed in (1, 2, 4):
         # Start of task 1 (cell (1, 10)), goal of task 4 (cell (7, 10)): the corridor of the right column.
         init = np.asarray(env.sample_start_goal(jax.random.key(seed), 1)[0], np.float64)
@@ -336,7 +359,8 @@ def _check_teleport_parity_away(backend: str) -> None:
             np.testing.assert_array_equal(u.get_xy(), o)  # gym never teleported
         actions, ref, ok = np.array(actions), np.array(ref), np.array(ok)
         assert np.linalg.norm(ref[:, None] - tin, axis=-1).min() > 8.0, "the walk came near an inbound teleport"
-        qpos, success = (np.asarray(x) for x in _rollout(env, state, jnp.asarray(actions, jnp.float32)))
+        rollout = _rollout_rebuilt_last(env, state, jnp.asarray(actions, jnp.float32), seed == 4)
+        qpos, success = (np.asarray(x) for x in rollout)
         err = np.abs(qpos - ref).max()
         assert err <= PARITY_TOL, f"seed {seed}: max |xy error| {err:.2e} over 1000 steps"
         clear = np.abs(np.linalg.norm(ref - goal, axis=-1) - env.goal_eps) > 1e-4
@@ -346,11 +370,24 @@ def _check_teleport_parity_away(backend: str) -> None:
         contacts += int((np.abs(ref - prev) < 0.2 * np.abs(actions) - 1e-3).any(-1).sum())
     gym.close()
     assert contacts >= 100, f"only {contacts} contact steps: the test would not exercise the walls"
+    assert _TRACES[backend, TELEPORT_ID] - traced <= 1, "the rollout was traced more than once for one env"
 
 
 @pytest.mark.parametrize("backend", ["mujoco", pytest.param("mjx", marks=pytest.mark.slow)])
 def test_teleport_maze_parity_away_from_teleports(backend):
     _check_teleport_parity_away(backend)
+
+
+@eqx.filter_jit
+def _vreset_to(env, init, goal, keys):
+    return jax.vmap(lambda i, g, k: env.reset_to(i, g, key=k))(init, goal, keys)
+
+
+@eqx.filter_jit
+def _vstep(env, states, action):
+    """One vmapped step, every episode with the same action (MJX's step compiled once per batch size and called
+    several times, instead of copies inlined in one program: compiling it is most of the MJX test's time)."""
+    return jax.vmap(lambda s: env.step(s, action))(states)
 
 
 def _teleport_steps(backend: str, n: int):
@@ -360,16 +397,11 @@ def _teleport_steps(backend: str, n: int):
     init = np.repeat(_teleport_approaches(env), n, axis=0)
     goal = init + UP * 0.2  # reached by the teleport step: success is measured before the teleport
     keys = jax.random.split(jax.random.key(7), len(init))
-
-    # The reset and ONE vmapped step are compiled, the step then called three times (MJX's step compiled once
-    # instead of three copies inlined in one program: compiling it is most of the MJX test's time).
-    reset = eqx.filter_jit(lambda e, i, g, k: jax.vmap(lambda i, g, k: e.reset_to(i, g, key=k))(i, g, k))
-    step = eqx.filter_jit(lambda e, s: jax.vmap(lambda s: e.step(s, UP))(s))
-    s0, _, _ = reset(env, jnp.asarray(init), jnp.asarray(goal), keys)
-    s1, o1, ok1 = step(env, s0)
-    s2, o2, ok2 = step(env, s1)  # from the exit
+    s0, _, _ = _vreset_to(env, jnp.asarray(init), jnp.asarray(goal), keys)
+    s1, o1, ok1 = _vstep(env, s0, UP)
+    s2, o2, ok2 = _vstep(env, s1, UP)  # from the exit
     s1b = eqx.tree_at(lambda s: s.qpos, s1, s0.qpos)  # back in front of the same teleport
-    s3, _, _ = step(env, s1b)
+    s3, _, _ = _vstep(env, s1b, UP)
     return init, (s0, s1, o1, ok1, o2, ok2, s3)
 
 
@@ -402,12 +434,15 @@ def test_teleport_step_returns_pre_teleport_obs_and_draws_exits_uniformly(backen
         for i in range(n_in):
             _assert_uniform(np.bincount(first[i * n : (i + 1) * n], minlength=n_out), f"exits of inbound {i}")
         _assert_uniform(np.bincount(first * n_out + second, minlength=n_out**2), "pairs of consecutive exits")
-    # Just outside the reach (1.6 > 1.5 from the centre after the step): no teleport, the key still advances.
-    s0, _, _ = _reset_to(env, starts[0] - UP * 0.25, starts[0], jax.random.key(1))
-    s1, o1, _ = eqx.filter_jit(lambda e, s, a: e.step(s, a))(env, s0, UP)
+    # Just outside the reach (1.6 > 1.5 from the centre after the step): no teleport, the key still advances (the
+    # programs above, the batch filled with this one start).
+    outside = np.repeat((starts[0] - UP * 0.25)[None], len(init), axis=0)
+    keys = jax.random.split(jax.random.key(1), len(init))
+    s0, _, _ = _vreset_to(env, jnp.asarray(outside), jnp.asarray(outside + UP * 0.25), keys)
+    s1, o1, _ = _vstep(env, s0, UP)
     np.testing.assert_array_equal(s1.qpos, o1)
-    np.testing.assert_allclose(o1, starts[0] - UP * 0.05, atol=1e-5)
-    assert not np.array_equal(jax.random.key_data(s0.key), jax.random.key_data(s1.key))
+    np.testing.assert_allclose(o1, outside + UP * 0.2, atol=1e-5)
+    assert not (jax.random.key_data(s0.key) == jax.random.key_data(s1.key)).all(-1).any()
 
 
 def test_ogbench_teleport_draws_the_same_exits_in_distribution():
