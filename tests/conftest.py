@@ -1,12 +1,11 @@
-"""Shared by every test file: compiled programs are released between modules once many are held, so that the whole
-suite runs in one process.
+"""Shared by every test file: compiled programs are released after each module, so that the whole suite runs in one
+process.
 
 Why: each executable XLA compiles holds about 3.5 memory mappings of the process (its code, read-only data and data
 sections) for as long as JAX's caches keep it, and Linux refuses new mappings past `vm.max_map_count` (65530 by
 default), where LLVM's JIT segfaults instead of reporting the failed allocation. Without this fixture one process
 passed 55,000 mappings by the suite's 180th test and crashed in XLA's CPU compiler soon after
-(`python benchmarks/map_count_repro.py` shows the growth and the fix; benchmarks/results/layout/). The release
-happens after a module once the process holds more than 40% of the limit.
+(`python benchmarks/map_count_repro.py` shows the growth and the fix; benchmarks/results/layout/).
 """
 
 from __future__ import annotations
@@ -74,7 +73,7 @@ def _fast_compile() -> None:
 _fast_compile()
 _persistent_compilation_cache()
 
-_PEAK = {"before_release": 0, "after_release": 0, "releases": 0}
+_PEAK = {"before_release": 0, "after_release": 0}
 
 
 def _mappings() -> int:
@@ -85,32 +84,14 @@ def _mappings() -> int:
         return 0
 
 
-def _max_map_count() -> int:
-    try:
-        with open("/proc/sys/vm/max_map_count") as f:
-            return int(f.read())
-    except (OSError, ValueError):  # not Linux
-        return 65530
-
-
-# A module's programs add at most ~22,000 mappings (the largest module, benchmarks/results/layout/tests.md), so
-# releasing once past 40% of the limit keeps the process below ~75% of it; releasing after every module cost about
-# 1.5 s a module (clearing, collecting, then recompiling the small programs the next module shares).
-RELEASE_AT = int(0.4 * _max_map_count())
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """After a test module, once the process holds more than ``RELEASE_AT`` memory mappings: drop JAX's compiled
-    executables (and the evaluation program cache that holds some), then collect, which unmaps their memory."""
+    """After each test module: drop JAX's compiled executables (and the evaluation program cache that holds some),
+    then collect, which unmaps their memory."""
     yield
     if "jax" not in sys.modules:
         return
-    held = _mappings()
-    _PEAK["before_release"] = max(_PEAK["before_release"], held)
-    if held <= RELEASE_AT:
-        return
-    _PEAK["releases"] += 1
+    _PEAK["before_release"] = max(_PEAK["before_release"], _mappings())
     import jax
 
     evaluate = sys.modules.get("ttt.evaluate")
@@ -124,7 +105,6 @@ def _release_compiled_programs():
 def pytest_terminal_summary(terminalreporter):
     if _PEAK["before_release"]:
         terminalreporter.write_line(
-            f"memory mappings: at most {_PEAK['before_release']} at the end of a test module; "
-            f"{_PEAK['releases']} releases past {RELEASE_AT}, at most {_PEAK['after_release']} after one "
-            f"(vm.max_map_count {_max_map_count()})"
+            f"memory mappings: at most {_PEAK['before_release']} at the end of a test module, "
+            f"{_PEAK['after_release']} after releasing its programs (vm.max_map_count is usually 65530)"
         )
