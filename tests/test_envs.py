@@ -171,22 +171,25 @@ def _batched_vs_loop(backend: str) -> None:
     reset = eqx.filter_jit(lambda e, k, t: jax.vmap(e.reset)(k, t))
     states, _, _ = reset(env, jax.random.split(jax.random.key(3), b), jnp.arange(b) % 5 + 1)
     actions = jax.random.uniform(jax.random.key(4), (b, 2), minval=-1.5, maxval=1.5)  # some beyond the clip
+    _assert_batch_is_loop(env, states, actions, range(b))
+
+
+def _assert_batch_is_loop(env, states, actions, elements) -> None:
+    """``_vstep`` on the batch equals one unbatched step of each of ``elements``: observation, next position and
+    key, success flag."""
     step = eqx.filter_jit(lambda e, s, a, i: e.step(jax.tree.map(lambda x: x[i], s), a[i]))  # one unbatched step
-    nxt, obs, success = eqx.filter_jit(lambda e, s, a: jax.vmap(e.step)(s, a))(env, states, actions)
-    for i in range(b):
+    nxt, obs, success = _vstep(env, states, actions)
+    for i in elements:
         n_i, o_i, ok_i = step(env, states, actions, jnp.int32(i))
         np.testing.assert_allclose(obs[i], o_i, atol=1e-6)
         np.testing.assert_allclose(nxt.qpos[i], n_i.qpos, atol=1e-6)
         assert bool(success[i]) == bool(ok_i)
+        if env.has_teleports:
+            np.testing.assert_array_equal(jax.random.key_data(nxt.key[i]), jax.random.key_data(n_i.key))
 
 
 def test_vmapped_step_equals_a_loop_mujoco():
     _batched_vs_loop("mujoco")
-
-
-@pytest.mark.slow
-def test_vmapped_step_equals_a_loop_mjx():
-    _batched_vs_loop("mjx")
 
 
 @pytest.mark.parametrize("env_id", [ENV_ID, "pointmaze-teleport-v0"])
@@ -384,10 +387,14 @@ def _vreset_to(env, init, goal, keys):
 
 
 @eqx.filter_jit
-def _vstep(env, states, action):
-    """One vmapped step, every episode with the same action (MJX's step compiled once per batch size and called
-    several times, instead of copies inlined in one program: compiling it is most of the MJX test's time)."""
-    return jax.vmap(lambda s: env.step(s, action))(states)
+def _vstep(env, states, actions):
+    """One vmapped step (MJX's step compiled once per env and batch size and called by several tests, instead of
+    copies inlined in one program each: compiling it is most of an MJX test's time)."""
+    return jax.vmap(env.step)(states, actions)
+
+
+def _up(n: int) -> jnp.ndarray:
+    return jnp.broadcast_to(jnp.asarray(UP, jnp.float32), (n, 2))
 
 
 def _teleport_steps(backend: str, n: int):
@@ -398,10 +405,10 @@ def _teleport_steps(backend: str, n: int):
     goal = init + UP * 0.2  # reached by the teleport step: success is measured before the teleport
     keys = jax.random.split(jax.random.key(7), len(init))
     s0, _, _ = _vreset_to(env, jnp.asarray(init), jnp.asarray(goal), keys)
-    s1, o1, ok1 = _vstep(env, s0, UP)
-    s2, o2, ok2 = _vstep(env, s1, UP)  # from the exit
+    s1, o1, ok1 = _vstep(env, s0, _up(len(init)))
+    s2, o2, ok2 = _vstep(env, s1, _up(len(init)))  # from the exit
     s1b = eqx.tree_at(lambda s: s.qpos, s1, s0.qpos)  # back in front of the same teleport
-    s3, _, _ = _vstep(env, s1b, UP)
+    s3, _, _ = _vstep(env, s1b, _up(len(init)))
     return init, (s0, s1, o1, ok1, o2, ok2, s3)
 
 
@@ -439,10 +446,26 @@ def test_teleport_step_returns_pre_teleport_obs_and_draws_exits_uniformly(backen
     outside = np.repeat((starts[0] - UP * 0.25)[None], len(init), axis=0)
     keys = jax.random.split(jax.random.key(1), len(init))
     s0, _, _ = _vreset_to(env, jnp.asarray(outside), jnp.asarray(outside + UP * 0.25), keys)
-    s1, o1, _ = _vstep(env, s0, UP)
+    s1, o1, _ = _vstep(env, s0, _up(len(init)))
     np.testing.assert_array_equal(s1.qpos, o1)
     np.testing.assert_allclose(o1, outside + UP * 0.2, atol=1e-5)
     assert not (jax.random.key_data(s0.key) == jax.random.key_data(s1.key)).all(-1).any()
+
+
+@pytest.mark.parametrize("backend", ["mujoco", pytest.param("mjx", marks=pytest.mark.slow)])
+def test_vmapped_step_equals_a_loop_in_the_teleport_maze(backend):
+    """The teleport maze (exits drawn from each state's key), in the batch of the teleport tests below, whose
+    compiled reset and step it shares (MJX: one step program fewer to compile): half the episodes step into an
+    inbound teleport, the others in random directions (some beyond the clip); the vmapped step equals a loop of
+    unbatched steps, the drawn exit and the next key included."""
+    env = _env(backend, TELEPORT_ID)
+    init = np.repeat(_teleport_approaches(env), 40, axis=0)  # the MJX teleport test's batch
+    n = len(init)
+    states, _, _ = _vreset_to(env, jnp.asarray(init), jnp.asarray(init), jax.random.split(jax.random.key(5), n))
+    rand = jax.random.uniform(jax.random.key(6), (n, 2), minval=-1.5, maxval=1.5)
+    actions = jnp.where((jnp.arange(n) % 2 == 0)[:, None], _up(n), rand)
+    assert (_exit_index(env, _vstep(env, states, actions)[0].qpos[::2]) >= 0).all(), "UP steps should teleport"
+    _assert_batch_is_loop(env, states, actions, range(0, n, 5) if backend == "mjx" else range(n))
 
 
 def test_ogbench_teleport_draws_the_same_exits_in_distribution():
