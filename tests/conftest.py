@@ -56,9 +56,9 @@ def _persistent_compilation_cache() -> None:
 # tests/test_lazy_values.py compiles in 2.2-2.8 s instead of 5.8-8.8 s). Numbers are float32 either way; with the
 # older emitters two different programs that compute the same values may differ in the last bit of a float, so the
 # tests that compare two programs use tests/helpers.py's `assert_same_values` (exact on integers and booleans, float32
-# rounding on floats; bit for bit under the default flags), and the multi-device subprocesses keep the default
-# emitters. XLA_FLAGS that already set the optimisation level are left as they are; TTT_TESTS_DEFAULT_XLA=1 keeps
-# XLA's default flags.
+# rounding on floats; bit for bit under the default flags), the multi-device subprocess tests included.
+# XLA_FLAGS that already set the optimisation level are left as they are; TTT_TESTS_DEFAULT_XLA=1 keeps XLA's
+# default flags.
 FAST_COMPILE_FLAGS = ("--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true "
                       "--xla_cpu_use_fusion_emitters=false")  # fmt: skip
 
