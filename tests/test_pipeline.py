@@ -99,11 +99,13 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     again = {r["name"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
     assert again["critic"]["per_seed"] == rows["critic"]["per_seed"]
 
-    # A changed evaluation setting is a new evaluation on the same checkpoint.
-    rc, stdout, err = run([*args, "--set", "episodes=2"], capsys)
+    # A changed evaluation setting is a new evaluation on the same checkpoint (the seed: the same programs run).
+    rc, stdout, err = run([*args, "--set", "eval_seed=1"], capsys)
     assert rc == 0, err
     assert "pretrain:" not in stdout and stdout.count("eval: ") == 3
-    assert json.loads((out / "results.json").read_text())["rows"][0]["n_episodes"] == 8
+    reseeded = json.loads((out / "results.json").read_text())
+    assert {r["run"]["eval_seed"] for r in reseeded["records"]} == {1}
+    assert [r["n_episodes"] for r in reseeded["rows"]] == [4, 4, 4]
 
     # `ttt report` rebuilds the report from the saved results alone.
     (out / "report.md").unlink()
