@@ -258,6 +258,17 @@ def claims() -> list[Claim]:
                 "(paper: 1M-step agents)", Row(f"{LC}/gcbc-{n}-steps{k}000-variantbase", label="base"),
                 Row(f"{LC}/gcbc-{n}-steps{k}000-variantttt", label="GC-TTT"))
           for n, d in (("nav", "navigate"), ("stitch", "stitch")) for k in (10, 30, 100)],
+        # GC-IQL at 10k updates: pre-trained and evaluated on this project's 2-core CPU (150 episodes per row).
+        *[Claim(f"curve: GC-IQL at 10k updates{what}", f"GC-IQL, {d}, {rule}, lr 3e-4 N 100 K 100; cpu profile, "
+                "this CPU, 10k", paper, Row(f"{LC}/gciql-{n}-steps10000-variantbase", label="base"),
+                Row(f"{LC}/gciql-{n}-steps10000-variant{v}", label=label), expect=expect)
+          for n, d, what, rule, v, label, paper, expect in (
+              ("nav", "navigate", "", "critic (rule episodes)", "ttt", "GC-TTT", "0.52 -> 0.58 (1M)", "gain"),
+              ("nav", "navigate", ", critic-free", "MC returns (rule paper)", "ttt-mc", "critic-free",
+               "0.52 -> 0.53 (1M)", "none"),
+              ("stitch", "stitch", "", "critic (rule episodes)", "ttt", "GC-TTT", "0.24 -> 0.38 (1M)", "gain"),
+              ("stitch", "stitch", ", critic-free", "MC returns (rule paper)", "ttt-mc", "critic-free", "(not given)",
+               "gain"))],
         Claim("curve: critic-free at 100k updates", f"GC-BC, navigate, MC returns (rule paper); {GPU}, 100k",
               "0.05 -> 0.78 (1M)", Row(f"{LC}/gcbc-nav-steps100000-variantbase", label="base"),
               Row(f"{LC}/gcbc-nav-steps100000-variantttt-mc", label="critic-free")),
