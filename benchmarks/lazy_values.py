@@ -110,7 +110,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in results:
         name = r["dataset"].split("-")[2]
-        print(f"| {name} | full | {r['full_wall_s']:.0f} | {r['full_rows_per_episode']:,} | - | {r['success_full']:.2f} | |")
+        print(f"| {name} | full | {r['full_wall_s']:.0f} | {r['full_rows_per_episode']:,} | - | "
+              f"{r['success_full']:.2f} | |")
         print(f"| {name} | lazy (cap {r['value_cap']}) | {r['lazy_wall_s']:.0f} | {r['lazy_rows_per_episode']:,.0f} "
               f"({r['lazy_rows_per_episode'] / r['rows']:.1%}) | {r['lazy_packed_rows_per_episode']:,.0f} | "
               f"{r['success_lazy']:.2f} | {r['all_identical']} |")  # fmt: skip

@@ -2,7 +2,8 @@
 episodes, in one run.
 
 Usage:
-    python benchmarks/throughput.py [--ckpt runs/base/cpu/pointmaze-medium-navigate-v0/gcbc] [--variants base,ttt-mc,ttt]
+    python benchmarks/throughput.py [--ckpt runs/base/cpu/pointmaze-medium-navigate-v0/gcbc]
+        [--variants base,ttt-mc,ttt]
         [--batches base:1,5,25,100,256;ttt-mc:1,5,25,100;ttt:1,5,25] [--host 25] [--paper base:5,ttt-mc:2,ttt:1]
         [--K 100] [--N 100] [--lr 3e-4] [--out benchmarks/results/speed/throughput.json]
 
@@ -99,14 +100,15 @@ def main() -> int:
             warm_s = time.perf_counter() - t0  # first episode: compiles the jitted pieces
             eps = []
             for i in range(n_paper[variant]):
-                agent = jax.tree.map(lambda x, i=i: x[int(eb.seed_idx[i])] if isinstance(x, jax.Array) else x,
-                                     states.agent)  # fmt: skip
+                seed = int(eb.seed_idx[i])
+                agent = jax.tree.map(lambda x, s=seed: x[s] if isinstance(x, jax.Array) else x, states.agent)
                 eps.append(loop.episode(agent, data, (starts[i], goals[i]), eb.reset_keys[i], eb.ttt_keys[i]))
             wall = sum(e["wall_s"] for e in eps)
             steps = sum(e["steps"] for e in eps)
             row["paper_loop"] = dict(episodes=len(eps), wall_s=wall, episodes_per_s=len(eps) / wall,
-                                     env_steps_per_s=steps / wall, first_episode_s=warm_s, warm_episode_s=warm["wall_s"],
-                                     success=float(np.mean([e["success"] for e in eps])), per_episode=eps)  # fmt: skip
+                                     env_steps_per_s=steps / wall, first_episode_s=warm_s,
+                                     warm_episode_s=warm["wall_s"], success=float(np.mean([e["success"] for e in eps])),
+                                     per_episode=eps)  # fmt: skip
             print(variant, "paper", json.dumps({k: v for k, v in row["paper_loop"].items() if k != "per_episode"}),
                   flush=True)  # fmt: skip
         at = next((c for c in row["compiled"] if c["batch"] == args.host), None)
