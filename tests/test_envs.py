@@ -99,17 +99,17 @@ def _rollout_rebuilt_last(env, state, actions, last: bool):
     return _rollout(env, state, actions)
 
 
-def _check_parity(backend: str) -> float:
+def _check_parity(backend: str, tasks: tuple[int, ...] = TASKS) -> float:
     env = _env(backend)
     worst, contacts = 0.0, 0
     traced = _TRACES[backend, ENV_ID]
-    for task in TASKS:
+    for task in tasks:
         ep = _gym_episode(task)
         state, obs, goal_obs = _reset_to(env, ep["init"], ep["goal"])
         np.testing.assert_allclose(obs, ep["obs"], atol=1e-6)
         np.testing.assert_allclose(goal_obs, ep["goal_obs"], atol=1e-6)
         actions = jnp.asarray(ep["actions"], jnp.float32)
-        qpos, success = (np.asarray(x) for x in _rollout_rebuilt_last(env, state, actions, task == TASKS[-1]))
+        qpos, success = (np.asarray(x) for x in _rollout_rebuilt_last(env, state, actions, task == tasks[-1]))
         err = np.abs(qpos - ep["qpos"]).max()
         assert err <= PARITY_TOL, f"task {task}: max |xy error| {err:.2e} over 1000 steps"
         worst = max(worst, err)
@@ -134,8 +134,10 @@ def test_parity_mujoco_backend_with_ogbench():
 
 @pytest.mark.slow
 def test_parity_mjx_backend_with_ogbench():
-    """MJX backend: same positions as OGBench's env (<= 1e-3 over 1000 steps x 5 tasks, with contacts)."""
-    _check_parity("mjx")
+    """MJX backend: same positions as OGBench's env (<= 1e-3 over 1000 steps x 2 tasks, with 309 + 232 contact
+    steps). Two of the five tasks: the tasks' starts and goals are the backends' shared code, checked on all five by
+    the C-MuJoCo test above; here the physics is what differs, and 1000 MJX steps cost ~5 s on this CPU."""
+    _check_parity("mjx", tasks=(1, 3))
 
 
 def test_reset_draws_ogbench_noise_and_indexes_tasks_under_vmap():
