@@ -267,8 +267,9 @@ def claims() -> list[Claim]:
               ("nav", "navigate", ", critic-free", "MC returns (rule paper)", "ttt-mc", "critic-free",
                "0.52 -> 0.53 (1M)", "none"),
               ("stitch", "stitch", "", "critic (rule episodes)", "ttt", "GC-TTT", "0.24 -> 0.38 (1M)", "gain"),
-              ("stitch", "stitch", ", critic-free", "MC returns (rule paper)", "ttt-mc", "critic-free", "(not given)",
-               "gain"))],
+              # Insight 2's other half: no critic-free row on play data ("limited to expert data"), nothing to gain.
+              ("stitch", "stitch", ", critic-free", "MC returns (rule paper)", "ttt-mc", "critic-free",
+               "no critic-free row (\"limited to expert data\")", "none"))],
         Claim("curve: critic-free at 100k updates", f"GC-BC, navigate, MC returns (rule paper); {GPU}, 100k",
               "0.05 -> 0.78 (1M)", Row(f"{LC}/gcbc-nav-steps100000-variantbase", label="base"),
               Row(f"{LC}/gcbc-nav-steps100000-variantttt-mc", label="critic-free")),
