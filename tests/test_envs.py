@@ -136,7 +136,8 @@ def test_parity_mujoco_backend_with_ogbench():
 def test_parity_mjx_backend_with_ogbench():
     """MJX backend: same positions as OGBench's env (<= 1e-3 over 1000 steps x 2 tasks, with 309 + 232 contact
     steps). Two of the five tasks: the tasks' starts and goals are the backends' shared code, checked on all five by
-    the C-MuJoCo test above; here the physics is what differs, and 1000 MJX steps cost ~5 s on this CPU."""
+    the C-MuJoCo test above; here the physics is what differs, and each task's 1000 MJX steps cost ~3.5 s on this
+    CPU (26.8 s for five tasks, 16.4 s for two, benchmarks/results/layout/tests.md)."""
     _check_parity("mjx", tasks=(1, 3))
 
 
