@@ -166,9 +166,12 @@ def claims() -> list[Claim]:
         Claim("2", f"GC-IQL, navigate: critic (rule episodes) vs critic-free (rule paper), lr 3e-4 N 100 K 100; {CPU}",
               "0.58 vs 0.53 (fixed)", Row(f"{SS}/gciql-nav-episodes-learned", label="critic"),
               Row(f"{SS}/gciql-nav-mc-paper", label="critic-free"), expect="none"),
-        Claim("2: ... but not on play data", f"GC-BC, stitch, MC returns (rule paper), lr 3e-4 N 100 K 100; {CPU}",
-              "no critic-free row (\"limited to expert data\")", Row(f"{SS150}/gcbc-stitch-base", label="base"),
-              Row(f"{SS150}/gcbc-stitch-mc-paper", label="critic-free"), expect="none"),
+        # The learning curves' 10k stitch rows are this setting at 150 episodes (base and critic-free from one H100
+        # checkpoint; the selection study's own 150-episode critic-free stitch row was never run).
+        Claim("2: ... but not on play data", f"GC-BC, stitch, MC returns (rule paper), lr 3e-4 N 100 K 100; {GPU}, "
+              "10k", "no critic-free row (\"limited to expert data\")",
+              Row(f"{LC}/gcbc-stitch-steps10000-variantbase", label="base"),
+              Row(f"{LC}/gcbc-stitch-steps10000-variantttt-mc", label="critic-free"), expect="none"),
         Claim("2: ... but not on play data", f"GC-BC, stitch, MC returns (rule paper), lr 3e-5 N 100 K 200 (paper's "
               f"tuned play setting); {CPU}", "no critic-free row", Row(f"{TR}/{st}/gcbc-base.json", "base", "base"),
               Row(f"{TR}/{st}/gcbc-ttt-mc.json", "ttt-mc", "critic-free"), expect="none"),
@@ -258,10 +261,11 @@ def claims() -> list[Claim]:
                 "(paper: 1M-step agents)", Row(f"{LC}/gcbc-{n}-steps{k}000-variantbase", label="base"),
                 Row(f"{LC}/gcbc-{n}-steps{k}000-variantttt", label="GC-TTT"))
           for n, d in (("nav", "navigate"), ("stitch", "stitch")) for k in (10, 30, 100)],
-        # GC-IQL at 10k updates: pre-trained and evaluated on this project's 2-core CPU (150 episodes per row).
-        *[Claim(f"curve: GC-IQL at 10k updates{what}", f"GC-IQL, {d}, {rule}, lr 3e-4 N 100 K 100; cpu profile, "
-                "this CPU, 10k", paper, Row(f"{LC}/gciql-{n}-steps10000-variantbase", label="base"),
-                Row(f"{LC}/gciql-{n}-steps10000-variant{v}", label=label), expect=expect)
+        # GC-IQL at 10k and 30k updates: pre-trained and evaluated on this project's 2-core CPU (150 episodes per row).
+        *[Claim(f"curve: GC-IQL at {k}k updates{what}", f"GC-IQL, {d}, {rule}, lr 3e-4 N 100 K 100; cpu profile, "
+                f"this CPU, {k}k", paper, Row(f"{LC}/gciql-{n}-steps{k}000-variantbase", label="base"),
+                Row(f"{LC}/gciql-{n}-steps{k}000-variant{v}", label=label), expect=expect)
+          for k in (10, 30)
           for n, d, what, rule, v, label, paper, expect in (
               ("nav", "navigate", "", "critic (rule episodes)", "ttt", "GC-TTT", "0.52 -> 0.58 (1M)", "gain"),
               ("nav", "navigate", ", critic-free", "MC returns (rule paper)", "ttt-mc", "critic-free",
@@ -270,9 +274,11 @@ def claims() -> list[Claim]:
               # Insight 2's other half: no critic-free row on play data ("limited to expert data"), nothing to gain.
               ("stitch", "stitch", ", critic-free", "MC returns (rule paper)", "ttt-mc", "critic-free",
                "no critic-free row (\"limited to expert data\")", "none"))],
-        Claim("curve: critic-free at 100k updates", f"GC-BC, navigate, MC returns (rule paper); {GPU}, 100k",
-              "0.05 -> 0.78 (1M)", Row(f"{LC}/gcbc-nav-steps100000-variantbase", label="base"),
-              Row(f"{LC}/gcbc-nav-steps100000-variantttt-mc", label="critic-free")),
+        *[Claim("curve: critic-free at 100k updates", f"GC-BC, {d}, MC returns (rule paper); {GPU}, 100k", paper,
+                Row(f"{LC}/gcbc-{n}-steps100000-variantbase", label="base"),
+                Row(f"{LC}/gcbc-{n}-steps100000-variantttt-mc", label="critic-free"), expect=expect)
+          for n, d, paper, expect in (("nav", "navigate", "0.05 -> 0.78 (1M)", "gain"),
+                                      ("stitch", "stitch", "no critic-free row (\"limited to expert data\")", "none"))],
         Claim("1 (converged GC-IQL)", f"GC-IQL, navigate, critic (rule episodes), lr 3e-4 N 100 K 100; {GPU}, 100k",
               "0.52 -> 0.58", Row(f"{LC}/gciql-nav-steps100000-variantbase", label="base"),
               Row(f"{LC}/gciql-nav-steps100000-variantttt", label="GC-TTT"),
