@@ -247,6 +247,15 @@ def claims() -> list[Claim]:
               ("appendix value noise: strong noise hurts", " (MC returns): alpha 0 vs 1", "0.73 -> 0.31 (alpha 1)",
                "alpha 0", "nav-noise-noise_alpha1", "alpha 1", "loss"),
           )],
+        # The same noise on play data with values (the paper's setting is GC-IQL's critic on antmaze play): GC-BC
+        # stitch, rule paper with the ORACLE critic, against its own alpha 0 row.
+        *[Claim(c, f"GC-BC, stitch, ORACLE critic (rule paper): alpha 0 vs {al}; {CPU}", p,
+                Row(f"{AB}/stitch-oracle-noise-noise_alpha0", label="alpha 0"),
+                Row(f"{AB}/stitch-oracle-noise-noise_alpha{al}", label=f"alpha {al}"), expect=e)
+          for c, al, p, e in (("appendix value noise (play data, oracle critic)", "0.1", "0.73 -> 0.78 (alpha 0.1)",
+                               "none"),
+                              ("appendix value noise (play data, oracle critic)", "1", "0.73 -> 0.31 (alpha 1)",
+                               "loss"))],
         *[Claim("appendix H: dynamic H matches a fixed H",
                 f"GC-BC, navigate, critic-free: dynamic H vs fixed H {h}; {CPU}",
                 "dynamic matches the best fixed H", _default("dynamic"),
