@@ -13,7 +13,7 @@ benchmarks/results/selection-study/critic_saturation.json.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 
 import equinox as eqx
@@ -22,13 +22,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ttt.agents import get_backbone
-from ttt.data.files import load
-from ttt.data.specs import get_spec
-from ttt.envs import pointmaze as pm
-from ttt.envs.oracle import maze_oracle
 from ttt.episode import dataset_values
 from ttt.pretrain import load_checkpoint, read_meta
 from ttt.select import SelectConfig, precompute, predicted_steps, relevance, select
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _maze import maze_tasks, write_doc  # noqa: E402
 
 BANDS = ((0, 20), (20, 60), (60, 120), (120, 400))
 
@@ -42,23 +41,18 @@ def main() -> None:
     a = ap.parse_args()
     meta = read_meta(a.checkpoint)
     states, meta = load_checkpoint(a.checkpoint, meta)
-    spec = get_spec(a.dataset)
-    data = load(a.dataset, None)
+    spec, data, oracle, tasks = maze_tasks(a.dataset)
     backbone = get_backbone(meta["backbone"])
     agent = jax.tree.map(lambda x: x[a.seed_index] if eqx.is_array(x) else x, states.agent)
-    info = pm._maze_info(spec.env_id)
-    oracle = maze_oracle(spec.env_id)
     cfg = SelectConfig(q=0.05, h_min=10)
     values_fn = jax.jit(lambda ag, obs, g: dataset_values(backbone.value, ag, obs, g, 4096))
     doc = dict(checkpoint=str(a.checkpoint), step=meta["step"], dataset=a.dataset, seed_index=a.seed_index, tasks=[])
-    for task in range(len(info.init_xy)):
-        start = jnp.asarray(info.init_xy[task], jnp.float32)
-        goal = jnp.asarray(info.goal_xy[task], jnp.float32)
+    for task, start, goal in tasks:
         goal_obs = jnp.zeros(spec.ob_dim, jnp.float32).at[:2].set(goal)
         learned = values_fn(agent, data.observations, goal_obs)
         true = np.asarray(oracle.steps(data.goals, goal))
         pred = np.asarray(predicted_steps(learned, cfg.gamma))
-        row = dict(task=task + 1)
+        row = dict(task=task)
         for name, vals in (("learned", learned), ("oracle", oracle.values(data.goals, goal))):
             t = precompute(data, goal, vals, cfg, spec.goal_eps)
             rel = relevance(t, data, start, cfg, spec.goal_eps)
@@ -76,12 +70,11 @@ def main() -> None:
         }
         doc["tasks"].append(row)
         ln, on = row["learned"], row["oracle"]
-        print(f"task {task + 1}: learned critic: H {ln['mean_H']:.0f}, true steps at end {ln['true_steps_at_end']:.0f}"
+        print(f"task {task}: learned critic: H {ln['mean_H']:.0f}, true steps at end {ln['true_steps_at_end']:.0f}"
               f", reach {ln['reach']:.2f} | oracle: H {on['mean_H']:.0f}, true steps at end "
               f"{on['true_steps_at_end']:.0f}, reach {on['reach']:.2f} | learned median predicted steps by true band: "
               + ", ".join(f"{k}: {v:.0f}" for k, v in row["predicted_by_true_band"].items()))  # fmt: skip
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(doc, indent=1))
+    write_doc(a.out, doc)
 
 
 if __name__ == "__main__":

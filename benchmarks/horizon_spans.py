@@ -13,18 +13,16 @@ benchmarks/results/ablations-cpu/horizon_spans.json.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ttt.data.files import load
-from ttt.data.specs import get_spec
-from ttt.envs import pointmaze as pm
-from ttt.envs.oracle import maze_oracle
 from ttt.select import SelectConfig, precompute, relevance, select
-from ttt.storage import atomic_write_json
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _maze import maze_tasks, write_doc  # noqa: E402
 
 HORIZONS = (None, 10, 25, 50, 100, 200)  # None: dynamic (critic mode)
 
@@ -51,17 +49,12 @@ def main() -> None:
     ap.add_argument("--q", type=float, default=0.05)
     ap.add_argument("--out", default="benchmarks/results/ablations-cpu/horizon_spans.json")
     a = ap.parse_args()
-    spec = get_spec(a.dataset)
-    data = load(a.dataset, None)
-    info = pm._maze_info(spec.env_id)
-    oracle = maze_oracle(spec.env_id)
+    spec, data, oracle, tasks = maze_tasks(a.dataset)
     doc = dict(dataset=a.dataset, q=a.q, tasks=[])
-    for task in range(len(info.init_xy)):
-        start = jnp.asarray(info.init_xy[task], jnp.float32)
-        goal = jnp.asarray(info.goal_xy[task], jnp.float32)
+    for task, start, goal in tasks:
         values = oracle.values(data.goals, goal)
         steps = np.asarray(oracle.steps(data.goals, goal))
-        entry = dict(task=task + 1)
+        entry = dict(task=task)
         for h in HORIZONS:
             cfg = SelectConfig(q=a.q, mode="critic" if h is None else "fixed", H=h, rule="paper")
             t = precompute(data, goal, values, cfg, spec.goal_eps)
@@ -69,13 +62,10 @@ def main() -> None:
             kept = np.flatnonzero(np.asarray(select(jax.random.key(0), t, rel, cfg).mask))
             entry["dynamic" if h is None else f"H{h}"] = span_stats(steps, kept, np.asarray(t.ends)[kept])
         doc["tasks"].append(entry)
-        print(f"task {task + 1}: " + " | ".join(
+        print(f"task {task}: " + " | ".join(
             f"{k} len {v['mean_length']:.0f}, steps best {v['steps_at_best']:.0f} end {v['steps_at_end']:.0f}, "
             f"after best {v['share_after_best']:.2f}" for k, v in entry.items() if k != "task"))  # fmt: skip
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, doc)
-    print(f"wrote {out}")
+    write_doc(a.out, doc)
 
 
 if __name__ == "__main__":

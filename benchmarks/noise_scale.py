@@ -16,18 +16,17 @@ paper, h_min 10: G = the span's rewards + gamma^H V_oracle at its end), whose re
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ttt.data.files import load
-from ttt.data.specs import get_spec
-from ttt.envs import pointmaze as pm
-from ttt.envs.oracle import maze_oracle
 from ttt.select import SelectConfig, precompute, relevance, select
-from ttt.storage import atomic_write_json
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _maze import maze_tasks, write_doc  # noqa: E402
 
 ALPHAS = (0.0, 0.1, 0.3, 1.0)
 
@@ -43,16 +42,11 @@ def main() -> None:
     ap.add_argument("--q", type=float, default=0.05)
     ap.add_argument("--out", default="benchmarks/results/ablations-cpu/noise_scale.json")
     a = ap.parse_args()
-    spec = get_spec(a.dataset)
-    data = load(a.dataset, None)
-    info = pm._maze_info(spec.env_id)
-    oracle = maze_oracle(spec.env_id)
+    spec, data, oracle, tasks = maze_tasks(a.dataset)
     doc = dict(dataset=a.dataset, q=a.q, keys=a.keys, eps_rel=spec.goal_eps, tasks=[])
-    for task in range(len(info.init_xy)):
-        start = jnp.asarray(info.init_xy[task], jnp.float32)
-        goal = jnp.asarray(info.goal_xy[task], jnp.float32)
+    for task, start, goal in tasks:
         true_all = np.asarray(oracle.steps(data.goals, goal))
-        entry = dict(task=task + 1)
+        entry = dict(task=task)
         for source, mode, values in (("mc", "mc", None), ("oracle", "critic", oracle.values(data.goals, goal))):
             base = SelectConfig(q=a.q, mode=mode, rule="paper")
             t = precompute(data, goal, values, base, spec.goal_eps)
@@ -83,7 +77,7 @@ def main() -> None:
                 )  # fmt: skip
             entry[source] = row
             print(
-                f"task {task + 1} {source}: {row['n_rel']} relevant, keep {row['n_keep']}; mean|G| "
+                f"task {task} {source}: {row['n_rel']} relevant, keep {row['n_keep']}; mean|G| "
                 f"{row['mean_abs_G']:.1f}, std {row['std_G']:.1f}, cut {row['cut_G']:.1f}, median "
                 f"{row['median_G']:.1f}, never reach {row['never_reach']:.2f}, true steps at span ends: relevant "
                 f"{row['end_steps_relevant']:.0f}, selected "
@@ -94,10 +88,7 @@ def main() -> None:
                 )
             )
         doc["tasks"].append(entry)
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, doc)
-    print(f"wrote {out}")
+    write_doc(a.out, doc)
 
 
 if __name__ == "__main__":
