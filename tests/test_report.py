@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ttt.pipeline.report import plot_curves, rows
+from ttt.pipeline.report import curve_labels, plot_curves, rows
 
 
 def _record(steps: int, variant: str, mean: float) -> dict:
@@ -25,6 +25,18 @@ def test_rows_keep_swept_keys_and_a_steps_curve_draws(tmp_path):
     path = tmp_path / "curve.png"
     plot_curves(rs, "steps", path, "success vs steps")
     assert path.stat().st_size > 1000
+
+
+def test_curve_legend_names_the_variant_and_only_what_differs():
+    recs = [_record(10_000, v, 0.5) for v in ("base", "ttt-mc", "ttt")]
+    assert curve_labels(rows(recs), "steps") == ["base (no TTT)", "GC-TTT, critic-free", "GC-TTT, critic"]
+    other = _record(10_000, "ttt", 0.5)
+    other["run"].update(agent="gciql", lr=3e-5, grid=["steps", "variant", "lr"])
+    labels = curve_labels(rows([recs[0], other]), "steps")
+    assert labels == ["gcbc base (no TTT)", "gciql GC-TTT, critic (lr 3e-05)"]
+    # Success against the variant itself: one line per pre-training length, across the variants.
+    by_steps = rows([_record(s, v, 0.5) for s in (10_000, 30_000) for v in ("base", "ttt")])
+    assert curve_labels(by_steps, "variant") == ["steps 10000", "steps 10000", "steps 30000", "steps 30000"]
 
 
 def _write_record(d, rec: dict, key: str, n_episodes: int, mtime_ns: int) -> None:

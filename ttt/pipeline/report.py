@@ -268,14 +268,44 @@ def plot_bars(rs: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+VARIANT_LABELS = {"base": "base (no TTT)", "ttt-mc": "GC-TTT, critic-free", "ttt": "GC-TTT, critic"}
+AXIS_LABELS = {
+    "steps": "pre-training updates",
+    "K": "TTT period K (environment steps)",
+    "N": "fine-tuning steps N",
+    "lr": "fine-tuning learning rate",
+    "q": "kept quantile q",
+    "H": "fixed horizon H",
+    "eps": "relevance radius eps",
+    "noise_alpha": "value noise alpha",
+    "selection": "selection criteria",
+    "variant": "variant",
+}
+
+
+def curve_labels(rs: list[dict], key: str) -> list[str]:
+    """One legend label per row of a curve over `key`: only what tells its line apart from the others."""
+
+    def fmt(k: str, v) -> str:
+        return f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+
+    varying = [k for k in ("agent", "dataset") if len({r[k] for r in rs}) > 1]
+    labels = []
+    for r in rs:
+        parts = [r["agent"]] if "agent" in varying else []
+        parts += [r["dataset"].removesuffix("-v0")] if "dataset" in varying else []
+        parts += [VARIANT_LABELS.get(r["variant"], r["variant"])] if key != "variant" else []
+        others = ", ".join(fmt(k, r[k]) for k in r["grid"] if k not in (key, "variant"))
+        labels.append(" ".join(parts) + (f" ({others})" if others and parts else others))
+    return labels
+
+
 def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
-    """Success vs one swept key, one line per (dataset, agent, variant, other swept values)."""
+    """Success vs one swept key, one line per (dataset, agent, variant, other swept values); +- 1 s.e. bands."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
     lines: dict[str, list] = {}
-    for r in rs:
-        others = ", ".join(f"{k} {r[k]:g}" if isinstance(r[k], float) else f"{k} {r[k]}" for k in r["grid"] if k != key)
-        label = f"{r['agent']} {r['variant']} {r['dataset'].removesuffix('-v0')}" + (f" ({others})" if others else "")
+    for r, label in zip(rs, curve_labels(rs, key), strict=True):
         lines.setdefault(label, []).append(r)
     numeric = all(isinstance(r[key], int | float) and not isinstance(r[key], bool) for r in rs)
     cats = list(dict.fromkeys(str(r[key]) for r in rs))
@@ -294,12 +324,13 @@ def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
         if vals[-1] / vals[0] >= 10:
             ax.set_xscale("log")
     if not numeric:
-        ax.set_xticks(range(len(cats)), cats)
-    ax.set_xlabel(key)
-    ax.set_ylabel("success rate")
+        ticks = [VARIANT_LABELS.get(c, c) for c in cats] if key == "variant" else cats
+        ax.set_xticks(range(len(cats)), ticks, fontsize=8)
+    ax.set_xlabel(AXIS_LABELS.get(key, key))
+    ax.set_ylabel("success rate (+- 1 s.e.)")
     ax.set_ylim(0, 1.05)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -402,7 +433,7 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
             md += [f"![{g}](plots/{p.name})", ""]
         for key in swept:
             p = plots / f"curve-{_slug(g)}-{key}.png"
-            plot_curves([r for r in sub if key in r["grid"]], key, p, f"{g}: success vs {key}")
+            plot_curves([r for r in sub if key in r["grid"]], key, p, f"{g}: success vs {AXIS_LABELS.get(key, key)}")
             md += [f"![{g} vs {key}](plots/{p.name})", ""]
     figs = selection_figures(run_dir / "figures") if (run_dir / "figures").exists() else {}
     if figs:
