@@ -226,6 +226,21 @@ def paper_table_md(rs: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------------- plots
 
 
+VARIANT_LABELS = {"base": "base (no TTT)", "ttt-mc": "GC-TTT, critic-free", "ttt": "GC-TTT, critic"}
+AXIS_LABELS = {
+    "steps": "pre-training updates",
+    "K": "TTT period K (environment steps)",
+    "N": "fine-tuning steps N",
+    "lr": "fine-tuning learning rate",
+    "q": "kept quantile q",
+    "H": "fixed horizon H",
+    "eps": "relevance radius eps",
+    "noise_alpha": "value noise alpha",
+    "selection": "selection criteria",
+    "variant": "variant",
+}
+
+
 def _plt():
     import matplotlib
 
@@ -253,7 +268,7 @@ def plot_bars(rs: list[dict], path: Path, title: str) -> None:
                 r = m[0]
                 x = ai + (vi - (len(variants) - 1) / 2) * w
                 ax.bar(x, r["mean"], w, yerr=r["se"] or 0, color=colors.get(v, "C0"), capsize=2,
-                       label=v if ai == 0 else None)  # fmt: skip
+                       label=VARIANT_LABELS.get(v, v) if ai == 0 else None)  # fmt: skip
                 if r.get("paper") is not None:
                     ax.plot([x - w / 2, x + w / 2], [r["paper"]] * 2, "k--", lw=1,
                             label="paper" if (vi, ai) == (0, 0) else None)  # fmt: skip
@@ -266,21 +281,6 @@ def plot_bars(rs: list[dict], path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-
-
-VARIANT_LABELS = {"base": "base (no TTT)", "ttt-mc": "GC-TTT, critic-free", "ttt": "GC-TTT, critic"}
-AXIS_LABELS = {
-    "steps": "pre-training updates",
-    "K": "TTT period K (environment steps)",
-    "N": "fine-tuning steps N",
-    "lr": "fine-tuning learning rate",
-    "q": "kept quantile q",
-    "H": "fixed horizon H",
-    "eps": "relevance radius eps",
-    "noise_alpha": "value noise alpha",
-    "selection": "selection criteria",
-    "variant": "variant",
-}
 
 
 def curve_labels(rs: list[dict], key: str) -> list[str]:
