@@ -82,3 +82,31 @@ def test_report_from_evals_without_records_is_a_one_line_error(tmp_path, capsys)
     assert main(["report", str(tmp_path), "--from-evals"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and "no evaluation records" in err and "\n" not in err
+
+
+def test_flops_figure_places_ttt_at_the_flops_of_the_matched_wider_policy(tmp_path):
+    """Insight 5's figure: the paper's FLOP estimate puts 256x2 + TTT (N 100, K 1000) where a 324x2 policy sits."""
+    from ttt.pipeline.report import episode_flops, flops_rows, plot_flops
+
+    pytest.importorskip("matplotlib")
+    ref = _record(10_000, "base", 0.3)
+    ref["run"].update(name="ref", group="reference", grid=[])
+    wide = []
+    for w in (324, 512):
+        rec = _record(10_000, "base", 0.3)
+        rec["run"].update(name=f"wide-{w}", group="width", grid=[], agent_config={"actor_hidden_dims": [w, w]})
+        rec["checkpoint"] = f"ckpt-wide-{w}"
+        wide.append(rec)
+    ttt = _record(10_000, "ttt-mc", 0.9)
+    ttt["run"].update(name="ttt-K1000", group="width", grid=["K"], N=100, K=1000)
+    rs = rows([ref, *wide, ttt])
+    sub = [r for r in rs if r["group"] == "width"]
+    fl = flops_rows(sub, rs)
+    assert sorted(r["name"] for r in fl) == ["ref", "ttt-K1000", "wide-324", "wide-512"]  # its base row joins
+    by = {r["name"]: episode_flops(r, 1000) for r in fl}
+    assert by["ref"] == 1000 * 2 * 2 * 256**2
+    assert abs(by["ttt-K1000"] / by["wide-324"] - 1) < 0.01  # 1.601 x 256^2 = 324^2 within 0.1%
+    assert flops_rows([r for r in rs if r["group"] == "reference"], rs) is None  # one width, no TTT: no figure
+    path = tmp_path / "flops.png"
+    plot_flops(fl, 1000, path, "width")
+    assert path.stat().st_size > 1000

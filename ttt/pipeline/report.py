@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import math
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +46,31 @@ def _base_of(rec: dict, records: list[dict]) -> dict | None:
     return None
 
 
+def _actor_dims(run: dict, profile: str | None) -> list[int] | None:
+    """The policy's hidden widths: the run's `agent_config` override, else its profile's default."""
+    dims = (run.get("agent_config") or {}).get("actor_hidden_dims")
+    if dims is None and profile is not None:
+        from ttt.presets import PROFILES
+
+        dims = PROFILES[profile].hidden_dims if profile in PROFILES else None
+    return None if dims is None else [int(w) for w in dims]
+
+
+def episode_flops(row: dict, steps: int) -> float | None:
+    """The paper's estimate (appendix "Estimating FLOPs") of one `steps`-step episode's inference FLOPs: a forward
+    pass costs C = 2 n w^2 for a policy of n hidden layers of width w (inputs and outputs neglected); every K steps
+    GC-TTT adds one selection pass (C) and N fine-tuning steps (6 C each), so an episode costs
+    steps * C * (1 + (1 + 6 N) / K) with TTT and steps * C without (1.6x / 2.2x / 4.0x at N 100, K 1000 / 500 / 200).
+    None without the widths."""
+    dims = row.get("actor_hidden_dims")
+    if not dims:
+        return None
+    c = sum(2.0 * w * w for w in dims)
+    if row["variant"] == "base":
+        return steps * c
+    return steps * c * (1.0 + (1.0 + 6.0 * row["N"]) / row["K"])
+
+
 def rows(records: list[dict]) -> list[dict]:
     """One flat row per record, with its comparison to its base row."""
     out = []
@@ -63,6 +89,9 @@ def rows(records: list[dict]) -> list[dict]:
             checkpoint=rec["checkpoint"],
             per_seed=rec["per_seed"],
             grid=r.get("grid", []),
+            N=r.get("N"),
+            K=r.get("K"),
+            actor_hidden_dims=_actor_dims(r, rec.get("profile")),
         )
         base = _base_of(rec, records) if r["variant"] != "base" else None
         row["base"] = base["run"]["name"] if base else None
@@ -317,23 +346,80 @@ def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
         ax.fill_between(xs, ms - ses, ms + ses, color=line.get_color(), alpha=0.18, lw=0)  # +- 1 s.e. band
     # Base rows drawn as their own line (a grid over variant) need no reference lines.
     bases = {} if any(r["variant"] == "base" for r in rs) else {r["base"]: r["base_mean"] for r in rs if r.get("base")}
-    for m in bases.values():
-        ax.axhline(m, color="grey", ls=":", lw=1)
+    for i, m in enumerate(bases.values()):
+        ax.axhline(m, color="grey", ls=":", lw=1, label=VARIANT_LABELS["base"] if i == 0 else None)
     if numeric and len({r[key] for r in rs}) > 2 and min(r[key] for r in rs) > 0:
         vals = sorted({r[key] for r in rs})
-        if vals[-1] / vals[0] >= 10:
+        if vals[-1] / vals[0] >= 10:  # log axis ticked at the swept values only (no crowded minor labels)
+            from matplotlib.ticker import NullFormatter
+
             ax.set_xscale("log")
+            ax.set_xticks(vals, [f"{v:g}" for v in vals], fontsize=8)
+            ax.xaxis.set_minor_formatter(NullFormatter())
     if not numeric:
         ticks = [VARIANT_LABELS.get(c, c) for c in cats] if key == "variant" else cats
         ax.set_xticks(range(len(cats)), ticks, fontsize=8)
     ax.set_xlabel(AXIS_LABELS.get(key, key))
     ax.set_ylabel("success rate (+- 1 s.e.)")
     ax.set_ylim(0, 1.05)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, 60), fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def flops_rows(sub: list[dict], rs: list[dict]) -> list[dict] | None:
+    """The rows of a FLOP-matching group: base rows of two or more policy widths and GC-TTT rows (plus the base rows
+    the GC-TTT rows are compared with, from anywhere in `rs`); None when `sub` is not one."""
+    bases = [r for r in sub if r["variant"] == "base"]
+    ttt = [r for r in sub if r["variant"] != "base"]
+    if not ttt or len({tuple(r["actor_hidden_dims"] or ()) for r in bases}) < 2:
+        return None
+    names = {r["name"] for r in sub}
+    extra = [r for r in rs if r["name"] in {t["base"] for t in ttt} and r["name"] not in names]
+    return sub + extra
+
+
+def plot_flops(rs: list[dict], steps: int, path: Path, title: str) -> None:
+    """Success against estimated inference FLOPs per episode (`episode_flops`): wider policies without TTT
+    against GC-TTT at several periods K, +- 1 s.e. (the paper's Figure 5, right)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(4.6, 3.4))
+    series = {"wider policy, no TTT": [r for r in rs if r["variant"] == "base"]}
+    for r in rs:
+        if r["variant"] != "base":
+            w = "x".join(str(d) for d in r["actor_hidden_dims"] or ())
+            series.setdefault(f"{VARIANT_LABELS.get(r['variant'], r['variant'])} ({w})", []).append(r)
+    for label, pts in series.items():
+        pts = sorted(pts, key=lambda r: episode_flops(r, steps))
+        xs = np.array([episode_flops(r, steps) for r in pts])
+        ms, ses = np.array([r["mean"] for r in pts]), np.array([r["se"] or 0.0 for r in pts])
+        (line,) = ax.plot(xs, ms, marker="o", label=label)
+        ax.fill_between(xs, ms - ses, ms + ses, color=line.get_color(), alpha=0.18, lw=0)
+        for r, x, m in zip(pts, xs, ms, strict=True):
+            note = "x".join(str(d) for d in r["actor_hidden_dims"]) if r["variant"] == "base" else f"K {r['K']}"
+            ax.annotate(note, (x, m), textcoords="offset points", xytext=(3, 4), fontsize=6)
+    ax.set_xscale("log")
+    ax.set_xlabel(f"inference FLOPs per {steps}-step episode (paper's estimate)")
+    ax.set_ylabel("success rate (+- 1 s.e.)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(textwrap.fill(title, 60), fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _episode_steps(dataset: str) -> int | None:
+    """The evaluation episode's length (OGBench's max_episode_steps), None for a dataset ttt does not know."""
+    try:
+        from ttt.data.specs import get_spec
+        from ttt.envs.gym import max_episode_steps
+
+        return max_episode_steps(get_spec(dataset).env_id)
+    except Exception:  # noqa: BLE001 - a report still draws its other figures
+        return None
 
 
 def _draw_selection(ax, plt, z, label: str) -> None:
@@ -431,6 +517,12 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
             p = plots / f"bars-{_slug(g)}.png"
             plot_bars(sub, p, g)
             md += [f"![{g}](plots/{p.name})", ""]
+        fl = flops_rows(sub, rs)
+        steps = _episode_steps(sub[0]["dataset"]) if fl else None
+        if fl and steps:
+            p = plots / f"flops-{_slug(g)}.png"
+            plot_flops(fl, steps, p, f"{g}: success vs inference FLOPs")
+            md += [f"![{g} vs inference FLOPs](plots/{p.name})", ""]
         for key in swept:
             p = plots / f"curve-{_slug(g)}-{key}.png"
             plot_curves([r for r in sub if key in r["grid"]], key, p, f"{g}: success vs {AXIS_LABELS.get(key, key)}")
