@@ -312,6 +312,30 @@ def plot_bars(rs: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _line_with_band(ax, xs, pts: list[dict], label: str) -> None:
+    """One curve: the rows' success at `xs` with a +- 1 s.e. band in the line's colour."""
+    ms, ses = np.array([r["mean"] for r in pts]), np.array([r["se"] or 0.0 for r in pts])
+    (line,) = ax.plot(xs, ms, marker="o", label=label)
+    ax.fill_between(xs, ms - ses, ms + ses, color=line.get_color(), alpha=0.18, lw=0)
+
+
+def _finish_curve(plt, fig, ax, xlabel: str, title: str, path: Path) -> None:
+    """Axes labels, the success range, a wrapped title and the legend; save and close."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("success rate (+- 1 s.e.)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(textwrap.fill(title, 60), fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _widths(row: dict) -> str:
+    """The policy's hidden widths as `256x256`."""
+    return "x".join(str(d) for d in row["actor_hidden_dims"] or ())
+
+
 def curve_labels(rs: list[dict], key: str) -> list[str]:
     """One legend label per row of a curve over `key`: only what tells its line apart from the others."""
 
@@ -341,9 +365,7 @@ def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
     for label, pts in lines.items():
         pts = sorted(pts, key=lambda r: r[key] if numeric else cats.index(str(r[key])))
         xs = [r[key] if numeric else cats.index(str(r[key])) for r in pts]
-        ms, ses = np.array([r["mean"] for r in pts]), np.array([r["se"] or 0.0 for r in pts])
-        (line,) = ax.plot(xs, ms, marker="o", label=label)
-        ax.fill_between(xs, ms - ses, ms + ses, color=line.get_color(), alpha=0.18, lw=0)  # +- 1 s.e. band
+        _line_with_band(ax, xs, pts, label)
     # Base rows drawn as their own line (a grid over variant) need no reference lines.
     bases = {} if any(r["variant"] == "base" for r in rs) else {r["base"]: r["base_mean"] for r in rs if r.get("base")}
     for i, m in enumerate(bases.values()):
@@ -359,14 +381,7 @@ def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
     if not numeric:
         ticks = [VARIANT_LABELS.get(c, c) for c in cats] if key == "variant" else cats
         ax.set_xticks(range(len(cats)), ticks, fontsize=8)
-    ax.set_xlabel(AXIS_LABELS.get(key, key))
-    ax.set_ylabel("success rate (+- 1 s.e.)")
-    ax.set_ylim(0, 1.05)
-    ax.set_title(textwrap.fill(title, 60), fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish_curve(plt, fig, ax, AXIS_LABELS.get(key, key), title, path)
 
 
 def flops_rows(sub: list[dict], rs: list[dict]) -> list[dict] | None:
@@ -389,26 +404,16 @@ def plot_flops(rs: list[dict], steps: int, path: Path, title: str) -> None:
     series = {"wider policy, no TTT": [r for r in rs if r["variant"] == "base"]}
     for r in rs:
         if r["variant"] != "base":
-            w = "x".join(str(d) for d in r["actor_hidden_dims"] or ())
-            series.setdefault(f"{VARIANT_LABELS.get(r['variant'], r['variant'])} ({w})", []).append(r)
+            series.setdefault(f"{VARIANT_LABELS.get(r['variant'], r['variant'])} ({_widths(r)})", []).append(r)
     for label, pts in series.items():
         pts = sorted(pts, key=lambda r: episode_flops(r, steps))
-        xs = np.array([episode_flops(r, steps) for r in pts])
-        ms, ses = np.array([r["mean"] for r in pts]), np.array([r["se"] or 0.0 for r in pts])
-        (line,) = ax.plot(xs, ms, marker="o", label=label)
-        ax.fill_between(xs, ms - ses, ms + ses, color=line.get_color(), alpha=0.18, lw=0)
-        for r, x, m in zip(pts, xs, ms, strict=True):
-            note = "x".join(str(d) for d in r["actor_hidden_dims"]) if r["variant"] == "base" else f"K {r['K']}"
-            ax.annotate(note, (x, m), textcoords="offset points", xytext=(3, 4), fontsize=6)
+        xs = [episode_flops(r, steps) for r in pts]
+        _line_with_band(ax, xs, pts, label)
+        for r, x in zip(pts, xs, strict=True):
+            note = _widths(r) if r["variant"] == "base" else f"K {r['K']}"
+            ax.annotate(note, (x, r["mean"]), textcoords="offset points", xytext=(3, 4), fontsize=6)
     ax.set_xscale("log")
-    ax.set_xlabel(f"inference FLOPs per {steps}-step episode (paper's estimate)")
-    ax.set_ylabel("success rate (+- 1 s.e.)")
-    ax.set_ylim(0, 1.05)
-    ax.set_title(textwrap.fill(title, 60), fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish_curve(plt, fig, ax, f"inference FLOPs per {steps}-step episode (paper's estimate)", title, path)
 
 
 def _episode_steps(dataset: str) -> int | None:
