@@ -355,6 +355,44 @@ def test_corrupt_cache_entries_are_reported_and_rebuilt(piped, capsys):
     assert {k: v["per_seed"] for k, v in _rows(out_dir).items()} == {k: v["per_seed"] for k, v in before.items()}
 
 
+def test_resumed_evaluation_counts_finished_tasks_before_timing(piped, capsys, monkeypatch):
+    """A rerun reads the tasks a stopped process finished before the bar starts timing: its first update already
+    counts them, so the rate and time left are those of the episodes still to run, not inflated by reused ones."""
+    from ttt.cli import run as cli_run
+
+    calls = []
+
+    class Recorder:
+        def __init__(self, desc, unit="episodes"):
+            self.desc = desc
+
+        def __call__(self, done, total, **fields):
+            calls.append((self.desc, done, total))
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    tmp, args = piped
+    out_dir = tmp / "out-resume"
+    two = [*args[:3], str(out_dir), *args[4:], "--only", "mc", "--set", "tasks=[1, 2]"]
+    assert main(two) == 0
+    (rec,) = (out_dir / "evals").glob("mc-*.json")
+    key = rec.stem.split("-")[-1]
+    for copy in (rec, tmp / "cache" / "evals" / f"{key}.json"):  # the record and its copy in the shared cache
+        copy.unlink()
+    (task2,) = (out_dir / "evals").glob(".partial-*/task2.npz")
+    task2.unlink()
+    capsys.readouterr()
+    monkeypatch.setattr(cli_run, "ProgressBar", Recorder)
+    assert main(two) == 0
+    evals = [(done, total) for desc, done, total in calls if desc.startswith("eval mc")]
+    assert evals[0] == (2, 4) and evals[-1] == (4, 4), calls  # 2 seeds x 1 episode per task; task 1 was kept
+    assert all(done >= 2 for done, _ in evals), evals
+
+
 def test_unwritable_out_cache_and_report_out(piped, capsys):
     tmp, args = piped
     f = tmp / "a-file"

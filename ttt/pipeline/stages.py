@@ -254,16 +254,22 @@ def evaluate_run(
     partial = out / "evals" / f".partial-{key}"
     reuse = states.opt_state if setup.ttt is not None and setup.ttt.finetune.reuse_opt_state else None
     per_task = []
-    total = meta["seeds"] * len(run["tasks"]) * run["episodes"]
-    done = 0
-    with bar(f"eval {run['name']}", "episodes") as b:
-        b(0, total)
-        for t in run["tasks"]:
-            f = partial / f"task{t}.npz"
-            part = load_npz(f) if f.exists() else None
-            if f.exists() and part is None:
+    per_chunk = meta["seeds"] * run["episodes"]
+    total = per_chunk * len(run["tasks"])
+    finished = {}  # tasks a previous process finished: read first, so the bar's rate counts only new work
+    for t in run["tasks"]:
+        f = partial / f"task{t}.npz"
+        if f.exists():
+            finished[t] = load_npz(f)
+            if finished[t] is None:
                 echo(f"  eval: {f} is corrupt (unreadable); evaluating task {t} again")
                 f.unlink()
+    done = per_chunk * sum(part is not None for part in finished.values())
+    with bar(f"eval {run['name']}", "episodes") as b:
+        b(done, total)
+        for t in run["tasks"]:
+            f = partial / f"task{t}.npz"
+            part = finished.get(t)
             if part is None:
                 res = evaluate(
                     setup,
@@ -288,9 +294,9 @@ def evaluate_run(
                 if run["figure"] and t == run["tasks"][0] and setup.ttt is not None and "xy" in arrays:
                     save_selection_figure(run, setup, states.agent, data, res, out / "figures" / f"{run['name']}.npz")
                 part = load_npz(f)
+                done += per_chunk
+                b(done, total)
             per_task.append(part)
-            done += meta["seeds"] * run["episodes"]
-            b(done, total)
     cat = lambda k: np.concatenate([p[k] for p in per_task], axis=1)  # noqa: E731  (seeds, tasks, episodes, ...)
     success = cat("success")
     rates = success.mean(axis=(1, 2))
