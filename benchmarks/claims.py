@@ -53,15 +53,55 @@ class Claim:
 
 def load(row: Row) -> dict | None:
     pattern = row.glob if row.glob.endswith(".json") else row.glob + "-" + "?" * 12 + ".json"  # NAME-KEY.json
-    found = [(json.loads(p.read_text()), p.stat().st_mtime) for p in RES.glob(pattern)]
+    found = [(json.loads(p.read_text()), p.stat().st_mtime, p) for p in RES.glob(pattern)]
     if not found:
         return None
     # The record with the most episodes, then the newest (a 150-episode row over an earlier 30-episode screen).
-    d = max(found, key=lambda dm: (dm[0].get("n_episodes", 0), dm[1]))[0]
+    d, _, path = max(found, key=lambda dm: (dm[0].get("n_episodes", 0), dm[1]))
     if "variants" in d:
         d = d["variants"][row.variant]
     s = np.asarray(d["success"], float)  # (seeds, tasks, episodes)
-    return {"per_seed": s.reshape(s.shape[0], -1).mean(1), "episodes": s.reshape(-1), "n": s.size}
+    return {"per_seed": s.reshape(s.shape[0], -1).mean(1), "episodes": s.reshape(-1), "n": s.size,
+            "shape": "x".join(str(k) for k in s.shape), "command": command(path, d)}
+
+# Run keys that do not change a record's numbers (labels, chunking), left out of the reconstructed command.
+_NO_EFFECT = {"group", "paper", "paper_se", "paper_ref", "chunk", "train_chunk", "figure", "grid", "driver"}
+
+
+def command(path: Path, d: dict) -> str:
+    """The command that writes this record: for a pipeline record (`OUT/evals/NAME-KEY.json`), `ttt run PIPELINE
+    --only NAME --out OUT` with a `--set` for every key on which the record's run differs from the pipeline file's
+    (e.g. `episodes=2` for a 30-episode screen); a record of another machine says which; a `ttt eval --json` file of
+    `benchmarks/ttt_rows.py`, that script."""
+    rel = path.relative_to(ROOT).as_posix()
+    if path.parent.name != "evals" or "run" not in d:
+        return f"`python benchmarks/ttt_rows.py` ({rel})"
+    out = path.parent.parent
+    name = d["run"]["name"]
+    try:
+        from ttt.pipeline.config import effective_rule, find_pipeline, load_pipeline
+
+        meta = json.loads((out / "pipeline.json").read_text())
+        pipe = load_pipeline(find_pipeline(meta["name"]))
+        ref = next(r for r in pipe.runs if r["name"] == name)
+    except (OSError, KeyError, StopIteration, ValueError, ImportError) as e:  # a renamed run, no pipeline.json
+        return f"{rel} ({type(e).__name__}: no pipeline run to name)"
+    sets = sorted(f"{k}={_set_value(v)}" for k, v in d["run"].items()
+                  if k not in _NO_EFFECT and k in ref and ref[k] != v)  # fmt: skip
+    # Records without `rule_used` predate it (2026-11-23), when every variant's default rule was 'paper'.
+    used = d.get("rule_used") or d["run"].get("rule") or "paper"
+    if ref["variant"] != "base" and used != effective_rule(ref) and not any(x.startswith("rule=") for x in sets):
+        sets.append(f"rule={used}")
+    cmd = " ".join(["ttt run", meta["name"], *(f"--set {s}" for s in sets), f'--only "{name}"',
+                    f"--out {out.relative_to(ROOT).as_posix()}"])  # fmt: skip
+    device = d.get("device")
+    return f"`{cmd}`" + (f" (ran on an {device.replace('NVIDIA ', '').split()[0]})" if device and device != "cpu" else "")
+
+
+def _set_value(v) -> str:
+    if isinstance(v, list):
+        return ",".join(str(x) for x in v)
+    return str(v)
 
 
 def welch(a, b) -> float:
@@ -90,26 +130,43 @@ def verdict(c: Claim, A: dict, B: dict) -> str:
 
 def table(claims: list[Claim]) -> str:
     lines = [
-        "| claim | ours: setting | paper | A (reference) | B | episodes per row | B - A | "
-        "Welch p (seeds / episodes) | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| claim | ours: setting | paper | A (reference) | B | seeds x tasks x episodes | B - A | "
+        "Welch p (seeds / episodes) | verdict | command (A; B) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in claims:
         A, B = load(c.a), load(c.b)
         if A is None or B is None:
             missing = ", ".join(r.glob for r, x in ((c.a, A), (c.b, B)) if x is None)
             lines.append(f"| {c.claim} | {c.setting} | {c.paper} | {c.a.label} | {c.b.label} | - | - | - | not run yet "
-                         f"({missing}) |")  # fmt: skip
+                         f"({missing}) | - |")  # fmt: skip
             continue
-        n = A["n"] if A["n"] == B["n"] else f"{A['n']} / {B['n']}"
+        n = A["shape"] if A["shape"] == B["shape"] else f"{A['shape']} / {B['shape']}"
+        cmd = _merge_commands(A["command"], B["command"])
         diff = B["per_seed"].mean() - A["per_seed"].mean()
         paired = A["n"] == B["n"]
         p_ep = welch(A["episodes"], B["episodes"]) if paired else float("nan")
         lines.append(
             f"| {c.claim} | {c.setting} | {c.paper} | {c.a.label}: {fmt(A)} | {c.b.label}: {fmt(B)} | {n} | "
-            f"{diff:+.2f} | {welch(A['per_seed'], B['per_seed']):.3f} / {p_ep:.3f} | {verdict(c, A, B)} |"
+            f"{diff:+.2f} | {welch(A['per_seed'], B['per_seed']):.3f} / {p_ep:.3f} | {verdict(c, A, B)} | {cmd} |"
         )
     return "\n".join(lines)
+
+
+def _merge_commands(a: str, b: str) -> str:
+    """One `ttt run` for both rows when they differ only in `--only` (the usual pair), else both commands."""
+    if a == b:
+        return a
+    tr = "`python benchmarks/ttt_rows.py` ("
+    if a.startswith(tr) and b.startswith(tr):
+        return f"{tr}{a[len(tr):-1]}, {b[len(tr):-1]})"
+    import re
+
+    pat = re.compile(r'--only "([^"]*)"')
+    if pat.search(a) and pat.sub("", a) == pat.sub("", b):
+        both = f'--only "{pat.search(a).group(1)},{pat.search(b).group(1)}"'
+        return pat.sub(lambda _: both, a)
+    return f"{a}; {b}"
 
 
 SS, SS150, LC, AB, TR = "selection-study/evals", "selection-study-150/evals", "learning-curves/evals", \
@@ -325,6 +382,23 @@ def claims() -> list[Claim]:
                        "(5 rows on average, no progress to the goal: benchmarks/horizon_spans.py), which lose less "
                        "return than play data's long, wandering spans")
           for h in (10, 25, 50, 100, 200)],
+        # Appendix value-based relevance: the reward-based ball against V(s | s_1) > C with the checkpoint's own
+        # learned critic, on the same checkpoint, seeds and episodes (the reference row is re-evaluated in the group).
+        *[Claim("appendix value-based relevance: no significant change",
+                f"GC-BC, navigate, critic-free (MC returns, rule paper): d(s, s_1) < 1 vs V(s | s_1) > {c} (learned "
+                f"critic); {CPU}", f"0.73 -> {p} (C = {c}, antmaze play, GC-IQL)" if c != -5 else p,
+                Row(f"{AB}/nav-relevance-reward", label="reward-based"),
+                Row(f"{AB}/nav-relevance-value-c_rel{c}", label=f"C {c}"), expect="none")
+          for c, p in ((-22, "0.67"), (-18, "0.73"), (-14, "0.68"), (-5, "no point; C matched to eps 1"))],
+        # Appendix QRL: the paper's QRL setting (lr 3e-4, N 200, K 500, 50% uniform mix), play data.
+        Claim("appendix QRL: GC-TTT improves QRL on play data", f"QRL, stitch, critic (rule episodes), lr 3e-4 N 200 "
+              f"K 500, mix 0.5; {CPU}", "0.72 -> 0.83", Row("qrl-150/evals/qrl-base-stitch", label="base"),
+              Row("qrl-150/evals/qrl-ttt-stitch", label="GC-TTT")),
+        Claim("appendix QRL", f"QRL, navigate, critic (rule paper), lr 3e-4 N 200 K 500, mix 0.5, 15-episode run; {CPU}",
+              "0.91 -> 0.91 (already strong on expert data)", Row("paper-main/evals/qrl-base-navigate", label="base"),
+              Row("paper-main/evals/qrl-ttt-navigate", label="GC-TTT"), expect="none",
+              why="our 10k-update QRL base (0.47) is far from the paper's converged 0.91, which leaves GC-TTT room to "
+                  "gain; 15 episodes per row"),
         # Cube-single (issue 17 item 2): GC-IQL trained 40k updates on a 100-episode generated dataset (a tenth of
         # OGBench's), the paper's tuned GC-TTT setting for cube; this CPU, host driver.
         Claim("1 (cube-single)", "GC-IQL, cube-single play (100-episode data), critic (rule episodes), lr 3e-5 N 50 "
