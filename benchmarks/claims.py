@@ -390,6 +390,11 @@ def claims() -> list[Claim]:
                 Row(f"{AB}/nav-relevance-reward", label="reward-based"),
                 Row(f"{AB}/nav-relevance-value-c_rel{c}", label=f"C {c}"), expect="none")
           for c, p in ((-22, "0.67"), (-18, "0.73"), (-14, "0.68"), (-5, "no point; C matched to eps 1"))],
+        Claim("appendix value-based relevance (play data, oracle critic)",
+              f"GC-BC, stitch, ORACLE critic ranking (rule paper): d(s, s_1) < 1 vs V(s | s_1) > -18 (learned critic); "
+              f"{CPU}", "0.73 -> 0.73 (C = -18, antmaze play, GC-IQL)",
+              Row(f"{AB}/stitch-oracle-relevance-reward", label="reward-based"),
+              Row(f"{AB}/stitch-oracle-relevance-value-c_rel-18", label="C -18"), expect="none"),
         # Appendix QRL: the paper's QRL setting (lr 3e-4, N 200, K 500, 50% uniform mix), play data.
         Claim("appendix QRL: GC-TTT improves QRL on play data", f"QRL, stitch, critic (rule episodes), lr 3e-4 N 200 "
               f"K 500, mix 0.5; {CPU}", "0.72 -> 0.83", Row("qrl-150/evals/qrl-base-stitch", label="base"),

@@ -110,3 +110,26 @@ def test_flops_figure_places_ttt_at_the_flops_of_the_matched_wider_policy(tmp_pa
     path = tmp_path / "flops.png"
     plot_flops(fl, 1000, path, "width")
     assert path.stat().st_size > 1000
+
+
+def test_a_group_row_that_does_not_sweep_the_key_is_a_labelled_reference_line(tmp_path):
+    """Value-based relevance: the reward-based row beside a sweep of C is drawn on C's curve, named by its run."""
+    from ttt.pipeline.report import curve_refs
+
+    pytest.importorskip("matplotlib")
+    base = _record(10_000, "base", 0.1)
+    base["run"].update(name="base", group="reference", grid=[])
+    ref = _record(10_000, "ttt", 0.8)
+    ref["run"].update(name="reward", group="relevance", grid=[])
+    swept = []
+    for c, m in ((-18.0, 0.87), (-5.0, 0.7)):
+        rec = _record(10_000, "ttt", m)
+        rec["run"].update(name=f"value-c_rel{c:g}", group="relevance", grid=["c_rel"], c_rel=c)
+        swept.append(rec)
+    rs = rows([base, ref, *swept])
+    sub = [r for r in rs if r["group"] == "relevance"]
+    refs = curve_refs(sub, "c_rel")
+    assert [r["name"] for r in refs] == ["reward"]  # not the swept rows, not a base row
+    labels = plot_curves([r for r in sub if "c_rel" in r["grid"]], "c_rel", tmp_path / "c.png", "C", refs=refs)
+    assert labels == ["GC-TTT, critic", "base (no TTT)", "reward: 0.80 +- 0.10"]
+    assert (tmp_path / "c.png").stat().st_size > 1000

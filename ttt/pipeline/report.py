@@ -265,6 +265,7 @@ AXIS_LABELS = {
     "H": "fixed horizon H",
     "eps": "relevance radius eps",
     "noise_alpha": "value noise alpha",
+    "c_rel": "value-relevance threshold C (V(s | s_1) > C)",
     "selection": "selection criteria",
     "variant": "variant",
 }
@@ -353,8 +354,15 @@ def curve_labels(rs: list[dict], key: str) -> list[str]:
     return labels
 
 
-def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
-    """Success vs one swept key, one line per (dataset, agent, variant, other swept values); +- 1 s.e. bands."""
+def curve_refs(sub: list[dict], key: str) -> list[dict]:
+    """The GC-TTT rows of a group that do not sweep `key` (e.g. the reward-based relevance row beside a sweep of the
+    value threshold C): drawn on that key's curve as labelled horizontal reference lines."""
+    return [r for r in sub if key not in r["grid"] and r["variant"] != "base"]
+
+
+def plot_curves(rs: list[dict], key: str, path: Path, title: str, refs: list[dict] = ()) -> list[str]:
+    """Success vs one swept key, one line per (dataset, agent, variant, other swept values); +- 1 s.e. bands;
+    `refs` (`curve_refs`) as dashed horizontal lines named by their runs. Returns the legend's labels."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(4.6, 3.4))
     lines: dict[str, list] = {}
@@ -370,18 +378,28 @@ def plot_curves(rs: list[dict], key: str, path: Path, title: str) -> None:
     bases = {} if any(r["variant"] == "base" for r in rs) else {r["base"]: r["base_mean"] for r in rs if r.get("base")}
     for i, m in enumerate(bases.values()):
         ax.axhline(m, color="grey", ls=":", lw=1, label=VARIANT_LABELS["base"] if i == 0 else None)
-    if numeric and len({r[key] for r in rs}) > 2 and min(r[key] for r in rs) > 0:
-        vals = sorted({r[key] for r in rs})
-        if vals[-1] / vals[0] >= 10:  # log axis ticked at the swept values only (no crowded minor labels)
-            from matplotlib.ticker import NullFormatter
+    for i, r in enumerate(refs):
+        ax.axhline(r["mean"], color=f"C{len(lines) + i}", ls="--", lw=1.2,
+                   label=f"{r['name']}: {r['mean']:.2f} +- {r['se'] or 0:.2f}")  # fmt: skip
+    vals = sorted({r[key] for r in rs}) if numeric else []
+    if numeric and len(vals) > 2 and vals[0] > 0 and vals[-1] / vals[0] >= 10:
+        # log axis ticked at the swept values only (no crowded minor labels)
+        from matplotlib.ticker import NullFormatter
 
-            ax.set_xscale("log")
-            ax.set_xticks(vals, [f"{v:g}" for v in vals], fontsize=8)
-            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xscale("log")
+        ax.set_xticks(vals, [f"{v:g}" for v in vals], fontsize=8)
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    elif numeric and len(vals) <= 3:  # a few points: tick them (matplotlib's own ticks crowd around one value)
+        ax.set_xticks(vals, [f"{v:g}" for v in vals], fontsize=8)
+        if len(vals) == 1:
+            half = abs(vals[0]) / 4 or 1.0
+            ax.set_xlim(vals[0] - half, vals[0] + half)
     if not numeric:
         ticks = [VARIANT_LABELS.get(c, c) for c in cats] if key == "variant" else cats
         ax.set_xticks(range(len(cats)), ticks, fontsize=8)
+    labels = ax.get_legend_handles_labels()[1]
     _finish_curve(plt, fig, ax, AXIS_LABELS.get(key, key), title, path)
+    return labels
 
 
 def flops_rows(sub: list[dict], rs: list[dict]) -> list[dict] | None:
@@ -530,7 +548,8 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
             md += [f"![{g} vs inference FLOPs](plots/{p.name})", ""]
         for key in swept:
             p = plots / f"curve-{_slug(g)}-{key}.png"
-            plot_curves([r for r in sub if key in r["grid"]], key, p, f"{g}: success vs {AXIS_LABELS.get(key, key)}")
+            plot_curves([r for r in sub if key in r["grid"]], key, p, f"{g}: success vs {AXIS_LABELS.get(key, key)}",
+                        refs=curve_refs(sub, key))  # fmt: skip
             md += [f"![{g} vs {key}](plots/{p.name})", ""]
     figs = selection_figures(run_dir / "figures") if (run_dir / "figures").exists() else {}
     if figs:
