@@ -95,7 +95,8 @@ def command(path: Path, d: dict) -> str:
     cmd = " ".join(["ttt run", meta["name"], *(f"--set {s}" for s in sets), f'--only "{name}"',
                     f"--out {out.relative_to(ROOT).as_posix()}"])  # fmt: skip
     device = d.get("device")
-    return f"`{cmd}`" + (f" (ran on an {device.replace('NVIDIA ', '').split()[0]})" if device and device != "cpu" else "")
+    where = f" (ran on an {device.replace('NVIDIA ', '').split()[0]})" if device and device != "cpu" else ""
+    return f"`{cmd}`{where}"
 
 
 def _set_value(v) -> str:
@@ -399,7 +400,7 @@ def claims() -> list[Claim]:
         Claim("appendix QRL: GC-TTT improves QRL on play data", f"QRL, stitch, critic (rule episodes), lr 3e-4 N 200 "
               f"K 500, mix 0.5; {CPU}", "0.72 -> 0.83", Row("qrl-150/evals/qrl-base-stitch", label="base"),
               Row("qrl-150/evals/qrl-ttt-stitch", label="GC-TTT")),
-        Claim("appendix QRL", f"QRL, navigate, critic (rule paper), lr 3e-4 N 200 K 500, mix 0.5, 15-episode run; {CPU}",
+        Claim("appendix QRL", f"QRL, navigate, critic (rule paper), lr 3e-4 N 200 K 500, mix 0.5, 15 episodes; {CPU}",
               "0.91 -> 0.91 (already strong on expert data)", Row("paper-main/evals/qrl-base-navigate", label="base"),
               Row("paper-main/evals/qrl-ttt-navigate", label="GC-TTT"), expect="none",
               why="our 10k-update QRL base (0.47) is far from the paper's converged 0.91, which leaves GC-TTT room to "
