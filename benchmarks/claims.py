@@ -405,7 +405,7 @@ def claims() -> list[Claim]:
               Row("paper-main/evals/qrl-base-stitch", label="base"),
               Row("paper-main/evals/qrl-ttt-stitch", label="GC-TTT"),
               why="+0.27 on 15 episodes per row (a per-seed rate moves in steps of 0.2) stays under two s.e.; the "
-                  "150-episode row above resumes from its saved tasks"),
+                  "150-episode row above is the test"),
         Claim("appendix QRL", f"QRL, navigate, critic (rule paper), lr 3e-4 N 200 K 500, mix 0.5, 15 episodes; {CPU}",
               "0.91 -> 0.91 (already strong on expert data)", Row("paper-main/evals/qrl-base-navigate", label="base"),
               Row("paper-main/evals/qrl-ttt-navigate", label="GC-TTT"), expect="none",
