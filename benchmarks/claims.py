@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,8 +162,6 @@ def _merge_commands(a: str, b: str) -> str:
     tr = "`python benchmarks/ttt_rows.py` ("
     if a.startswith(tr) and b.startswith(tr):
         return f"{tr}{a[len(tr):-1]}, {b[len(tr):-1]})"
-    import re
-
     pat = re.compile(r'--only "([^"]*)"')
     if pat.search(a) and pat.sub("", a) == pat.sub("", b):
         both = f'--only "{pat.search(a).group(1)},{pat.search(b).group(1)}"'
@@ -384,7 +383,9 @@ def claims() -> list[Claim]:
                        "return than play data's long, wandering spans")
           for h in (10, 25, 50, 100, 200)],
         # Appendix value-based relevance: the reward-based ball against V(s | s_1) > C with the checkpoint's own
-        # learned critic, on the same checkpoint, seeds and episodes (the reference row is re-evaluated in the group).
+        # learned critic, on the same checkpoint, seeds and episodes (the reference row has the default row's
+        # evaluation key, so the pipeline reuses that record; the re-trained checkpoint reproduces the base record
+        # episode for episode).
         *[Claim("appendix value-based relevance: no significant change",
                 f"GC-BC, navigate, critic-free (MC returns, rule paper): d(s, s_1) < 1 vs V(s | s_1) > {c} (learned "
                 f"critic); {CPU}", f"0.73 -> {p} (C = {c}, antmaze play, GC-IQL)" if c != -5 else p,
