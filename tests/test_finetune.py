@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -203,3 +205,108 @@ def test_leaving_frozen_fields_out_of_adam_changes_nothing(agent, reuse):
                           batch, k)  # fmt: skip
     for x, y in zip(leaves(expected), leaves(got), strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+def _perturbed(agent, scale=0.05, seed=9):
+    """`agent` with every float array moved by noise: the target networks then differ from the online ones."""
+    leaves_, treedef = jax.tree.flatten(agent)
+    keys = jax.random.split(jax.random.key(seed), len(leaves_))
+    out = [x + scale * jax.random.normal(k, x.shape, x.dtype) if eqx.is_inexact_array(x) else x
+           for x, k in zip(leaves_, keys, strict=True)]  # fmt: skip
+    return jax.tree.unflatten(treedef, out)
+
+
+@pytest.mark.parametrize("agent, actors", [("gciql", ("actor",)), ("saw", ("actor", "low_actor")),
+                                           ("qrl", ("actor",))])  # fmt: skip
+def test_actor_only_moves_the_policy_networks_and_nothing_else(agent, actors):
+    """`train = 'actor'`: the policy networks move, every other field (critic, value, targets, QRL's lambda) keeps
+    its pre-trained arrays bit for bit, even where a target differs from its online network; `train = 'all'`
+    moves the critic too."""
+    data = toy_dataset()
+    cfg, sampler = tiny(agent)
+    a0 = _perturbed(init_state(jax.random.key(0), agent, 2, 2, cfg).agent)
+    assert get_backbone(agent).actors == actors
+    args = (a0, None, jax.random.key(3), data, episode_weights(data, 2), jnp.array([2.0, -1.0]))
+    only, _ = make_finetune(agent, cfg, sampler, FinetuneConfig(steps=5, train="actor"))(*args)
+    full, _ = make_finetune(agent, cfg, sampler, FinetuneConfig(steps=5))(*args)
+    for f in dataclasses.fields(a0):
+        if f.metadata.get("static", False) or getattr(a0, f.name) is None:
+            continue
+        moved = not same(getattr(only, f.name), getattr(a0, f.name))
+        assert moved == (f.name in actors), f.name
+    assert not same(full.value, a0.value)
+
+
+def test_actor_only_step_is_adam_on_the_actor_loss_alone():
+    """One GC-IQL step with `train = 'actor'` equals Adam (written out) on the gradient of the DDPG+BC actor loss
+    alone with respect to the actor: the value and critic losses contribute nothing."""
+    import optax
+
+    from ttt.agents import gciql
+    from ttt.finetune import make_ttt_step
+
+    data = toy_dataset()
+    cfg, sampler = tiny("gciql")
+    a0 = _perturbed(init_state(jax.random.key(0), "gciql", 2, 2, cfg).agent)
+    ft = FinetuneConfig(steps=1, lr=1e-2, train="actor")
+    ts = make_ttt_step("gciql", cfg, sampler, ft)
+    k = jax.random.key(4)
+    batch = ts.draw(k, jax.random.key(5), data, ts.table(episode_weights(data, 1)), jnp.array([1.0, 0.5]))
+    got, _, _ = ts.update(a0, ts.init(a0), batch, k)
+
+    def actor_only(actor):
+        return gciql.actor_loss(eqx.tree_at(lambda a: a.actor, a0, actor), batch, k, cfg)[0]
+
+    grads = eqx.filter_grad(actor_only)(a0.actor)
+    opt = optax.adam(ft.lr)
+    updates, _ = opt.update(grads, opt.init(eqx.filter(a0.actor, eqx.is_array)), a0.actor)
+    want = eqx.apply_updates(a0.actor, updates)
+    for x, y in zip(leaves(got.actor), leaves(want), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
+    assert same(got.critic, a0.critic) and same(got.value, a0.value) and same(got.target_critic, a0.target_critic)
+
+
+def test_finetune_alpha_replaces_the_bc_weight():
+    """`alpha` during fine-tuning: the actor's gradient is that of ``q_loss + alpha * bc`` with the given alpha
+    (hand-computed from the two terms at a tiny batch); `alpha` equal to the checkpoint's changes nothing; a
+    backbone without alpha refuses it."""
+    from ttt.agents import gciql
+    from ttt.finetune import finetune_backbone_config, make_ttt_step
+
+    data = toy_dataset()
+    cfg, sampler = tiny("gciql", alpha=0.003)
+    a0 = init_state(jax.random.key(0), "gciql", 2, 2, cfg).agent
+    k = jax.random.key(4)
+    ts0 = make_ttt_step("gciql", cfg, sampler, FinetuneConfig(steps=1, train="actor"))
+    batch = ts0.draw(k, jax.random.key(5), data, ts0.table(episode_weights(data, 1)), jnp.array([1.0, 0.5]))
+
+    def term(actor, name, c):
+        return gciql.actor_loss(eqx.tree_at(lambda a: a.actor, a0, actor), batch, k, c)[1][name]
+
+    def grad_at(alpha):
+        c = finetune_backbone_config("gciql", cfg, FinetuneConfig(train="actor", alpha=alpha))
+        assert c.alpha == (cfg.alpha if alpha is None else alpha)
+        return eqx.filter_grad(lambda actor: gciql.actor_loss(eqx.tree_at(lambda a: a.actor, a0, actor), batch, k,
+                                                              c)[0])(a0.actor)  # fmt: skip
+
+    g_q = eqx.filter_grad(lambda actor: term(actor, "q_loss", cfg))(a0.actor)
+    g_bc1 = eqx.filter_grad(lambda actor: term(actor, "bc_loss", dataclasses.replace(cfg, alpha=1.0)))(a0.actor)
+    for alpha in (0.0, 0.3, 2.5):
+        for x, q, b in zip(leaves(grad_at(alpha)), leaves(g_q), leaves(g_bc1), strict=True):
+            np.testing.assert_allclose(x, q + alpha * b, rtol=1e-5, atol=1e-6)
+    # Through the fine-tuning step itself: alpha 0.003 (the checkpoint's) equals None; a large alpha differs.
+    args = (a0, None, jax.random.key(3), data, episode_weights(data, 2), jnp.array([2.0, -1.0]))
+    run = lambda **kw: make_finetune("gciql", cfg, sampler, FinetuneConfig(steps=3, **kw))(*args)[0]  # noqa: E731
+    assert same(run(alpha=0.003), run()) and not same(run(alpha=3.0).actor, run().actor)
+    gcfg, _ = tiny("gcbc")
+    with pytest.raises(ValueError, match="gcbc has none"):
+        finetune_backbone_config("gcbc", gcfg, FinetuneConfig(alpha=0.1))
+
+
+def test_finetune_train_and_alpha_errors():
+    with pytest.raises(ValueError, match="train must be one of all, actor"):
+        FinetuneConfig(train="critic")
+    with pytest.raises(ValueError, match="alpha must be a number >= 0"):
+        FinetuneConfig(alpha=-1.0)
+    with pytest.raises(ValueError, match="alpha must be a number >= 0"):
+        FinetuneConfig(alpha=float("nan"))

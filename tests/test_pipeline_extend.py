@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from helpers import pretrain_argv, run
 
+from ttt.errors import TttError
+
 PIPE = """
 name = "curve"
 [defaults]
@@ -100,3 +102,31 @@ def test_the_eval_key_names_the_rule_in_force(tmp_path):
     key = lambda **kw: eval_key({**r, **kw}, tmp_path)  # noqa: E731
     assert key() == key(rule="episodes") != key(rule="paper")
     assert key(variant="ttt-mc") == key(variant="ttt-mc", rule="paper") != key(variant="ttt-mc", rule="episodes")
+
+
+def test_late_eval_keys_enter_the_key_only_when_set(tmp_path):
+    # ft_train / ft_alpha at their defaults leave a row's evaluation key as it was before they existed (the records
+    # already made keep their keys); set, they make another evaluation; gcbc (no BC weight) refuses ft_alpha.
+    from ttt.pipeline import load_pipeline
+    from ttt.pipeline.config import LATE_EVAL_KEYS
+    from ttt.pipeline.keys import digest, eval_key
+    from ttt.pipeline.settings import validate_run
+
+    meta = dict(agent="gcbc", backbone="gcbc", config={}, dataset="d", dataset_hash="h", obs_dim=2, action_dim=2,
+                seeds=1, state_file="s.eqx", state_sha256="0" * 64, step=1)  # fmt: skip
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(PIPE.replace('variant = "base"', 'variant = "ttt"'))
+    (r,) = load_pipeline(pipe).runs
+    key = lambda **kw: eval_key({**r, **kw}, tmp_path)  # noqa: E731
+    from ttt.pipeline.config import EVAL_KEYS, effective_rule
+    from ttt.pipeline.keys import checkpoint_identity
+
+    old = {k: r[k] for k in EVAL_KEYS if k not in LATE_EVAL_KEYS}  # the key as it was computed before
+    old["rule"] = effective_rule(r)
+    ck = checkpoint_identity(tmp_path, meta)
+    assert key() == digest(dict(checkpoint=ck, variant="ttt", dataset=r["dataset"], **old))
+    assert len({key(), key(ft_train="actor"), key(ft_alpha=0.3), key(ft_alpha=1.0)}) == 4
+    with pytest.raises(TttError, match="ft_alpha is the BC weight"):
+        validate_run({**r, "ft_alpha": 0.3})
+    validate_run({**r, "agent": "gciql", "ft_alpha": 0.3, "ft_train": "actor"})

@@ -5,7 +5,8 @@ Each step draws a batch of rows from the selection's training weights (`select.s
 uniformly from the dataset), builds the backbone's own batch for them (value goals relabelled as in
 pre-training), fixes the actor goal of the selected rows to the episode's goal `g*`, and applies one Adam step
 of the whole loss (critic and actor) followed by the backbone's target update. The optimiser starts fresh every
-round unless `reuse_opt_state` (then the caller passes the pre-training Adam state).
+round unless `reuse_opt_state` (then the caller passes the pre-training Adam state). `train = 'actor'` moves only
+the policy networks (`Backbone.actors`); `alpha` replaces the backbone's BC weight during fine-tuning.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ class FinetuneConfig:
     - `reuse_opt_state`: start each round from the pre-training Adam state instead of a fresh one.
     - `full_loss`: optimise every term of the backbone's loss even where the backbone declares some cannot change
       an action (GC-BC's selection-only critic, `Backbone.ttt_config`); the actor comes out identical, slower.
+    - `train`: which networks fine-tuning moves: 'all' (every network the loss differentiates: value, critic and
+      actor, as the published code does) or 'actor' (only the policy networks, `Backbone.actors`: the critic and
+      value stay the pre-trained ones, so the actor's gradient follows the pre-trained critic).
+    - `alpha`: the BC weight of the backbone's actor loss during fine-tuning (DDPG+BC's alpha, AWR's temperature:
+      the config field `alpha`); None keeps the pre-training one. Only for backbones whose config has `alpha`.
     """
 
     steps: int = 100
@@ -44,6 +50,8 @@ class FinetuneConfig:
     batch_size: int | None = None
     reuse_opt_state: bool = False
     full_loss: bool = False
+    train: str = "all"
+    alpha: float | None = None
 
     def __post_init__(self):
         if not (isinstance(self.steps, int) and not isinstance(self.steps, bool) and self.steps >= 0):
@@ -54,6 +62,31 @@ class FinetuneConfig:
             raise ValueError(
                 f"finetune batch_size must be an int >= 1 (or None for the pre-training one), got {self.batch_size!r}"
             )
+        if self.train not in TRAIN_PARTS:
+            raise ValueError(f"finetune train must be one of {', '.join(TRAIN_PARTS)}, got {self.train!r}")
+        if self.alpha is not None and not (
+            isinstance(self.alpha, int | float) and not isinstance(self.alpha, bool) and math.isfinite(self.alpha)
+            and self.alpha >= 0
+        ):
+            raise ValueError(
+                f"finetune alpha must be a number >= 0 (or None for the pre-training one), got {self.alpha!r}"
+            )
+
+
+TRAIN_PARTS = ("all", "actor")
+
+
+def finetune_backbone_config(backbone_name: str, cfg, ft: FinetuneConfig):
+    """The backbone config whose loss fine-tuning optimises: `Backbone.ttt_config` (unless `full_loss`) with `alpha`
+    replaced by `ft.alpha`. Raises ValueError where `ft.alpha` is set but the backbone has no `alpha`."""
+    backbone = get_backbone(backbone_name)
+    cfg = cfg if ft.full_loss else backbone.ttt_config(cfg)
+    if ft.alpha is not None:
+        if not any(f.name == "alpha" for f in dataclasses.fields(cfg)):
+            raise ValueError(f"finetune alpha applies to backbones whose actor loss has a BC weight alpha; "
+                             f"{backbone_name} has none")  # fmt: skip
+        cfg = dataclasses.replace(cfg, alpha=float(ft.alpha))
+    return cfg
 
 
 def make_optimizer(ft: FinetuneConfig) -> optax.GradientTransformation:
@@ -72,7 +105,7 @@ class TTTStep:
       backbone's batch for them (goals relabelled with `k_goals`), actor goal `g*` (a goal OBSERVATION) on the
       selected rows.
     - `update(agent, opt_state, batch, key, lr=None) -> (agent, opt_state, loss)`: one Adam step of the loss (at
-      `lr`, traced, else the config's) and the backbone's target update.
+      `lr`, traced, else the config's) and the backbone's target update (none with `train = 'actor'`).
       Adam covers only the arrays the loss differentiates (`Backbone.frozen` names the
       rest: target networks, GC-BC's selection-only critic); their updates would be exactly zero.
     - `restrict(agent, opt_state) -> opt_state`: a pre-training Adam state cut to those arrays
@@ -89,7 +122,7 @@ class TTTStep:
 def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0) -> TTTStep:
     """`TTTStep` for one backbone configuration (see `make_finetune` for `mix` and the loss used)."""
     backbone = get_backbone(backbone_name)
-    cfg = cfg if ft.full_loss else backbone.ttt_config(cfg)
+    cfg = finetune_backbone_config(backbone_name, cfg, ft)
     opt = make_optimizer(ft)
     n = ft.batch_size or sampler.batch_size
     sampler = dataclasses.replace(sampler, batch_size=n)
@@ -98,9 +131,14 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
     frozen_names = backbone.frozen(cfg)
 
     def trainable(agent):
-        """Filter spec: True on the arrays `loss(cfg)` differentiates (not the backbone's `frozen` fields)."""
+        """Filter spec: True on the arrays `loss(cfg)` differentiates (not the backbone's `frozen` fields; with
+        `train = 'actor'` only the `Backbone.actors` fields)."""
         spec = jax.tree.map(eqx.is_array, agent)
-        for name in frozen_names:
+        names = set(frozen_names)
+        if ft.train == "actor":
+            names |= {f.name for f in dataclasses.fields(agent)
+                      if f.name not in backbone.actors and not f.metadata.get("static", False)}  # fmt: skip
+        for name in sorted(names):
             if getattr(agent, name, None) is not None:
                 spec = eqx.tree_at(lambda s, name=name: getattr(s, name), spec,
                                    jax.tree.map(lambda _: False, getattr(spec, name)))  # fmt: skip
@@ -121,7 +159,9 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         (loss, _), grads = eqx.filter_value_and_grad(loss_of, has_aux=True)(train)
         o = opt if lr is None else optax.adam(lr)  # a traced lr: the same Adam (its state does not hold lr)
         updates, opt_state = o.update(grads, opt_state, train)
-        agent = backbone.target_update(eqx.combine(eqx.apply_updates(train, updates), rest), cfg)
+        agent = eqx.combine(eqx.apply_updates(train, updates), rest)
+        if ft.train == "all":  # with `train = 'actor'` the critic is fixed, and so is its target
+            agent = backbone.target_update(agent, cfg)
         return agent, opt_state, loss
 
     def restrict(agent, opt_state):

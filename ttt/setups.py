@@ -14,7 +14,7 @@ from typing import Any
 from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
-from ttt.finetune import FinetuneConfig
+from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.select import SelectConfig
 
 VARIANTS = ("base", "ttt", "ttt-mc")  # base policy; GC-TTT ranking by the critic; GC-TTT without a critic
@@ -45,6 +45,8 @@ def make_setup(
     once: bool = False,
     reset_after_horizon: bool = False,
     reuse_adam: bool = False,
+    ft_train: str = "all",
+    ft_alpha: float | None = None,
     label: Callable[[str], str] = str,
 ) -> EvalSetup:
     """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` with config `cfg`.
@@ -56,6 +58,8 @@ def make_setup(
       pre-training batch), `q` the fraction of relevant sub-trajectories kept, `eps` the relevance radius (None:
       the environment's goal threshold), `h_min`, `mix`, `rule`, `critic`, `n_episodes`, `slack`, `once`,
       `reset_after_horizon`, `reuse_adam`: as `ttt eval --help` describes them (docs/algorithm.md);
+    - `ft_train`: the networks fine-tuning moves, 'all' or 'actor' (the policy only); `ft_alpha`: the backbone's BC
+      weight alpha during fine-tuning (None: the checkpoint's);
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
@@ -97,10 +101,12 @@ def make_setup(
             K=max_steps if once else K,
             select=SelectConfig(q=q, eps_rel=eps, h_min=h_min, mode="critic" if variant == "ttt" else "mc", mix=mix,
                                 rule=rule, n_episodes=n_episodes, slack=slack),
-            finetune=FinetuneConfig(steps=N, lr=lr, batch_size=batch, reuse_opt_state=reuse_adam),
+            finetune=FinetuneConfig(steps=N, lr=lr, batch_size=batch, reuse_opt_state=reuse_adam, train=ft_train,
+                                    alpha=ft_alpha),
             critic=critic if variant == "ttt" else "learned",
             reset_after_horizon=reset_after_horizon,
         )  # fmt: skip
+        finetune_backbone_config(backbone, cfg, ttt.finetune)
     except ValueError as e:
         raise TttError(str(e)) from None
     if variant == "ttt" and not get_backbone(backbone).has_value(cfg):

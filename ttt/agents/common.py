@@ -38,6 +38,8 @@ class Backbone:
     - ``frozen(cfg) -> tuple[str, ...]``: the agent's fields that ``loss(cfg)`` never differentiates (target
       networks, a critic the config leaves out of the loss); their Adam updates are exactly zero, so fine-tuning
       leaves them out of the optimiser. None by default.
+    - ``actors``: the agent's fields that act (the policy networks); fine-tuning with ``FinetuneConfig.train =
+      'actor'`` moves only these. ``("actor",)`` by default.
     """
 
     name: str
@@ -52,6 +54,7 @@ class Backbone:
     with_actor_goal: Callable[..., Any]
     ttt_config: Callable[[Any], Any]
     frozen: Callable[[Any], tuple[str, ...]] = lambda cfg: ()  # noqa: E731
+    actors: tuple[str, ...] = ("actor",)
 
 
 def default_batch_fn(key: PRNGKeyArray, data: Any, idxs: Any, sampler_cfg: Any, cfg: Any) -> Any:
@@ -99,7 +102,8 @@ def make_backbone(namespace: dict[str, Any]) -> Backbone:
 
     Required: ``NAME, Config, init, loss, target_update, value``; optional with defaults: ``act``
     (``act_actor``), ``has_value`` (``always_has_value``), ``BATCH_FN`` (``default_batch_fn``), ``WITH_ACTOR_GOAL``
-    (``set_actor_goal``), ``TTT_CONFIG`` (``same_config``), ``frozen`` (``no_frozen_fields``).
+    (``set_actor_goal``), ``TTT_CONFIG`` (``same_config``), ``frozen`` (``no_frozen_fields``), ``ACTORS``
+    (``("actor",)``).
     """
     return Backbone(
         name=namespace["NAME"],
@@ -114,6 +118,7 @@ def make_backbone(namespace: dict[str, Any]) -> Backbone:
         with_actor_goal=namespace.get("WITH_ACTOR_GOAL", set_actor_goal),
         ttt_config=namespace.get("TTT_CONFIG", same_config),
         frozen=namespace.get("frozen", no_frozen_fields),
+        actors=tuple(namespace.get("ACTORS", ("actor",))),
     )
 
 

@@ -383,4 +383,6 @@ def frozen(cfg: Config) -> tuple[str, ...]:
     return ("target_value",)
 
 
+ACTORS = ("actor", "low_actor")  # the high-level (subgoal) actor and the low-level actor that acts
+
 BACKBONE = make_backbone(globals())

@@ -71,6 +71,17 @@ from ttt.errors import TttError
     "--reset-after-horizon", is_flag=True, help="Act with the pre-trained agent past the round's longest kept span."
 )
 @click.option("--reuse-adam", is_flag=True, help="Fine-tune from the pre-training Adam state, not a fresh one.")
+@click.option(
+    "--ft-train",
+    type=click.Choice(["all", "actor"]),
+    default="all",
+    show_default=True,
+    help="Networks fine-tuning moves: all (value, critic, actor) or actor (the policy only).",
+)
+@click.option(
+    "--ft-alpha", type=float, default=None, help="BC weight alpha of the actor loss during fine-tuning (default: the "
+    "checkpoint's; gciql, qrl)."
+)
 def eval_cmd(
     checkpoint,
     episodes,
@@ -98,6 +109,8 @@ def eval_cmd(
     once,
     reset_after_horizon,
     reuse_adam,
+    ft_train,
+    ft_alpha,
 ):
     """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
 
@@ -154,7 +167,7 @@ def eval_cmd(
     cfg, sampler = backbone_config(meta), sampler_config(meta)
     settings = dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch, rule=rule, critic=critic,
                     n_episodes=n_episodes, slack=slack, once=once, reset_after_horizon=reset_after_horizon,
-                    reuse_adam=reuse_adam)  # fmt: skip
+                    reuse_adam=reuse_adam, ft_train=ft_train, ft_alpha=ft_alpha)  # fmt: skip
     option = lambda name: "--" + name.replace("_", "-")  # noqa: E731  (errors name the command line's options)
     setups = {
         name: make_setup(name, meta["backbone"], cfg, sampler, spec, max_steps, backend=backend, label=option,

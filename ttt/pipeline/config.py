@@ -127,6 +127,10 @@ RUN_KEYS: dict[str, Key] = {
                                "longest kept span"),
     "reuse_adam": Key("bool", False, "fine-tune from the pre-training Adam state (else a fresh one each round)"),
     "batch": Key("int", None, "TTT batch size (null: the pre-training one)", True, None, *_pos),
+    "ft_train": Key("str", "all", "networks fine-tuning moves: all (value, critic, actor), actor (the policy only)",
+                    choices=("all", "actor")),
+    "ft_alpha": Key("float", None, "the backbone's BC weight alpha during fine-tuning (null: the checkpoint's)", True,
+                    None, *_nonneg),
     "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
     "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
     "chunk": Key("int", 25, "episodes per compiled program call", False, None, *_pos),
@@ -136,7 +140,10 @@ RUN_KEYS: dict[str, Key] = {
 TOP_KEYS = ("name", "description", "defaults", "run")
 EVAL_KEYS = ("episodes", "tasks", "eval_seed", "K", "N", "lr", "q", "eps", "h_min", "H", "mix", "noise_alpha",
              "relevance", "c_rel", "selection", "batch", "driver", "backend", "rule", "critic", "n_episodes", "slack",
-             "once", "reset_after_horizon", "reuse_adam")  # fmt: skip
+             "once", "reset_after_horizon", "reuse_adam", "ft_train", "ft_alpha")  # fmt: skip
+# Evaluation keys added after records existed: they enter an evaluation's content key only when they differ from
+# their default, so the records made before them keep their keys.
+LATE_EVAL_KEYS = ("ft_train", "ft_alpha")
 TRAIN_KEYS = ("dataset", "agent", "profile", "steps", "seeds", "train_seed", "agent_config")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ttt.pipeline.config import EVAL_KEYS, effective_rule
+from ttt.pipeline.config import EVAL_KEYS, LATE_EVAL_KEYS, RUN_KEYS, effective_rule
 from ttt.storage import digest
 
 
@@ -89,7 +89,7 @@ def eval_key(run: dict, ckpt: Path) -> str:
 
     ck = checkpoint_identity(ckpt, read_meta(ckpt))
     keys = BASE_EVAL_KEYS if run["variant"] == "base" else EVAL_KEYS
-    settings = {k: run[k] for k in keys}
+    settings = {k: run[k] for k in keys if k not in LATE_EVAL_KEYS or run[k] != RUN_KEYS[k].default}
     if "rule" in settings:  # the rule in force, not `null`: a changed default is another evaluation
         settings["rule"] = effective_rule(run)
     return digest(dict(checkpoint=ck, variant=run["variant"], dataset=run["dataset"], **settings))

@@ -35,7 +35,7 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
     from ttt.data.specs import get_spec
     from ttt.episode import Transforms, TTTConfig
     from ttt.evaluate import EvalSetup
-    from ttt.finetune import FinetuneConfig
+    from ttt.finetune import FinetuneConfig, finetune_backbone_config
     from ttt.pretrain import backbone_config, sampler_config
     from ttt.select import SelectConfig
 
@@ -68,10 +68,12 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
                                     c_rel=run["c_rel"], rule=effective_rule(run), n_episodes=run["n_episodes"],
                                     slack=run["slack"]),
                 finetune=FinetuneConfig(steps=run["N"], lr=run["lr"], batch_size=run["batch"],
-                                        reuse_opt_state=run["reuse_adam"]),
+                                        reuse_opt_state=run["reuse_adam"], train=run["ft_train"],
+                                        alpha=run["ft_alpha"]),
                 critic=run["critic"],
                 reset_after_horizon=run["reset_after_horizon"],
             )  # fmt: skip
+            finetune_backbone_config(meta["backbone"], cfg, ttt.finetune)
         except ValueError as e:
             raise TttError(f"{where}: {e}") from None
     return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps, run["backend"], transforms)
@@ -99,6 +101,9 @@ def validate_run(run: dict) -> None:
     if (run["variant"] == "ttt" or run["relevance"] == "value") and not backbone.has_value(cfg):
         raise TttError(f"{where}: variant {run['variant']} needs a value function, which {run['agent']} lacks; use "
                        "variant ttt-mc with relevance 'distance'")  # fmt: skip
+    if run["ft_alpha"] is not None and not any(f.name == "alpha" for f in dataclasses.fields(cfg)):
+        raise TttError(f"{where}: ft_alpha is the BC weight of a DDPG+BC or AWR actor loss; {run['agent']} has none "
+                       "(valid for gciql, gciql-awr, qrl)")  # fmt: skip
     if run["batch"] is not None and run["batch"] < 1:
         raise TttError(f"{where}: batch must be >= 1, got {run['batch']}")
 
