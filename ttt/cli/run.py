@@ -29,6 +29,7 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
         select_runs,
         validate_run,
     )
+    from ttt.pipeline.report import settings_text
 
     full = load_pipeline(find_pipeline(pipeline), parse_sets(sets))
     pipe = select_runs(full, only)
@@ -39,7 +40,7 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
         for r in pipe.runs:
             validate_run(r)
         for r in pipe.runs:
-            tt = "" if r["variant"] == "base" else f" lr {r['lr']:g} N {r['N']} K {r['K']} q {r['q']:g}"
+            tt = "" if r["variant"] == "base" else f" ({settings_text(r)})"
             click.echo(
                 f"  {r['name']}: {r['agent']} {r['variant']} on {r['dataset']} ({r['profile']}, {r['seeds']} seeds, "
                 f"{r['episodes']} episodes x {len(r['tasks'])} tasks){tt}"

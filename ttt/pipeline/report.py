@@ -192,7 +192,8 @@ def _stars(p) -> str:
     return " (***)" if p < 0.01 else " (**)" if p < 0.05 else " (*)" if p < 0.1 else " (ns)"
 
 
-def _settings(row: dict) -> str:
+def settings_text(row: dict) -> str:
+    """A TTT row's settings in words (lr, N, K and every setting that differs from its default); '-' for base."""
     if row["variant"] == "base":
         return "-"
     parts = [f"lr {row['lr']:g}", f"N {row['N']}", f"K {row['K']}"]
@@ -209,6 +210,16 @@ def _settings(row: dict) -> str:
         parts.append(f"select {row['selection']}")
     if row.get("relevance") == "value":
         parts.append("value relevance")
+    if row.get("critic") == "oracle":
+        parts.append("oracle critic")
+    if row.get("batch") is not None:
+        parts.append(f"batch {row['batch']}")
+    if row.get("reuse_adam"):
+        parts.append("reused Adam")
+    if row.get("ft_train", "all") != "all":
+        parts.append(f"fine-tunes {row['ft_train']}")
+    if row.get("ft_alpha") is not None:
+        parts.append(f"ft alpha {row['ft_alpha']:g}")
     return ", ".join(parts)
 
 
@@ -225,7 +236,8 @@ def table_md(rs: list[dict]) -> str:
             welch_txt = "n/a (no variance)" if t is None or math.isnan(t) else f"{t:.2f}, {p:.3f}{_stars(p)}"
         eps = f"{r['episodes_per_s']:.2f}" if r.get("episodes_per_s") else "-"
         lines.append(
-            f"| {r['name']} | {r['dataset'].removesuffix('-v0')} | {r['agent']} | {r['variant']} | {_settings(r)} | "
+            f"| {r['name']} | {r['dataset'].removesuffix('-v0')} | {r['agent']} | {r['variant']} | "
+            f"{settings_text(r)} | "
             f"{r['seeds']} x {r['n_episodes'] // r['seeds']} | {_pm(r['mean'], r['se'])} | "
             f"{_pm(r.get('paper'), r.get('paper_se'), 2)} | {welch_txt} | {eps} |"
         )
