@@ -1,0 +1,163 @@
+"""The paper's Table 1 beside ours (issue 37): one line per (environment, dataset, backbone).
+
+    python benchmarks/table1.py [--write benchmarks/RESULTS.md]
+
+Each cell is a finished evaluation record under benchmarks/results/ (found as `claims.py` finds them: the record with
+the most episodes, then the newest): mean +- s.e. over the training seeds of each seed's success rate. `episodes` is
+the total per row (seeds x tasks x episodes), `updates` the pre-training length of the checkpoint. The verdict
+compares the critic row with the base row on the same checkpoint and episodes (paired): a difference under two
+standard errors of the difference is "no difference"; the paper's own direction is read the same way from its
+numbers (a paper gain under two of its s.e. expects no difference). `published code on our data` is the authors'
+code run on our generated data (benchmarks/published/, records under benchmarks/results/published/), where run.
+Missing rows print as `not run yet`. With `--write`, the table replaces the block between `<!-- table1 -->` and
+`<!-- /table1 -->` in the given file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from claims import RES, Row, load, welch  # noqa: E402
+
+LC, T1, PM = "learning-curves/evals", "table1/evals", "paper-main/evals"
+
+
+@dataclass(frozen=True)
+class Line:
+    env: str
+    data: str
+    backbone: str
+    updates: str
+    base: Row
+    critic: Row
+    free: Row | None  # critic-free (the paper reports it on navigate only)
+    paper: tuple[float, float, float, float]  # base, base s.e., critic, critic s.e. (Table 1, tuned)
+    published: str | None = None  # glob of the published code's records under benchmarks/results/published/
+    note: str = ""
+
+
+def lines() -> list[Line]:
+    out = []
+    for agent, label, nav, st in (
+        ("gcbc", "GC-BC", (0.05, 0.01, 0.78, 0.02), (0.30, 0.09, 0.93, 0.02)),
+        ("gciql", "GC-IQL", (0.50, 0.03, 0.60, 0.00), (0.21, 0.04, 0.38, 0.05)),
+    ):
+        for data, short, paper in (("navigate", "nav", nav), ("stitch", "stitch", st)):
+            p = f"{LC}/{agent}-{short}-steps100000-variant"
+            out.append(Line("pointmaze-medium", data, label, "100k", Row(p + "base"), Row(p + "ttt"),
+                            Row(p + "ttt-mc") if data == "navigate" else None, paper,
+                            published=f"published/gciql-pointmaze-medium-{data}-*.json" if agent == "gciql" else None))
+    for data, paper in (("navigate", (0.96, 0.01, 0.99, 0.01)), ("stitch", (0.84, 0.03, 0.97, 0.01))):
+        p = f"{PM}/saw-"
+        out.append(Line("pointmaze-medium", data, "SAW", "10k", Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"),
+                        Row(f"{p}ttt-mc-{data}") if data == "navigate" else None, paper, note="rule paper"))
+    for agent, label, nav, st in (
+        ("gcbc", "GC-BC", (0.29, 0.02, 0.48, 0.03), (0.47, 0.05, 0.76, 0.03)),
+        ("gciql", "GC-IQL", (0.64, 0.05, 0.85, 0.02), (0.24, 0.05, 0.68, 0.05)),
+        ("saw", "SAW", (0.97, 0.01, 0.97, 0.01), (0.98, 0.01, 0.97, 0.01)),
+    ):
+        for data, paper in (("navigate", nav), ("stitch", st)):
+            p = f"{T1}/{agent}-"
+            out.append(Line("antmaze-medium", data, label, "100k", Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"),
+                            Row(f"{p}ttt-mc-{data}") if data == "navigate" else None, paper,
+                            published=f"published/gciql-antmaze-medium-{data}-*.json" if agent == "gciql" else None))
+    return out
+
+
+def _pm(x: dict | None) -> str:
+    if x is None:
+        return "not run yet"
+    s = x["per_seed"]
+    return f"{s.mean():.2f} +- {s.std(ddof=1) / math.sqrt(len(s)):.2f}"
+
+
+def _se(x: dict) -> float:
+    return x["per_seed"].std(ddof=1) / math.sqrt(len(x["per_seed"]))
+
+
+def published(pattern: str | None) -> str:
+    """The published code's base -> critic on our data, from its records (`mean`, `se`, `variant`), if run."""
+    if pattern is None:
+        return "-"
+    rows = {}
+    for p in sorted(RES.glob(pattern)):
+        d = json.loads(p.read_text())
+        rows[d.get("variant", p.stem)] = d
+    if not rows:
+        return "not run"
+    cell = lambda v: f"{rows[v]['mean']:.2f} +- {rows[v]['se']:.2f}" if v in rows else "?"  # noqa: E731
+    n = next(iter(rows.values())).get("n_episodes", "?")
+    return f"{cell('base')} -> {cell('ttt')} ({n} ep.)"
+
+
+def verdict(line: Line, base: dict | None, critic: dict | None) -> str:
+    if base is None or critic is None:
+        return "-"
+    pb, pbs, pc, pcs = line.paper
+    paper_gain = pc - pb > 2 * math.hypot(pbs, pcs)
+    diff = critic["per_seed"].mean() - base["per_seed"].mean()
+    two_se = 2 * math.hypot(_se(base), _se(critic))
+    shown = "no difference" if abs(diff) <= two_se or diff == 0 else ("gain" if diff > 0 else "loss")
+    p_seed = welch(base["per_seed"], critic["per_seed"])
+    p_ep = welch(base["episodes"], critic["episodes"]) if base["n"] == critic["n"] else float("nan")
+    ok = (shown == "gain") if paper_gain else (shown == "no difference")
+    word = "reproduced" if ok else "not reproduced"
+    return f"{word} ({shown}, {diff:+.2f}; Welch p {p_seed:.2f} seeds / {p_ep:.2f} episodes)"
+
+
+def table() -> str:
+    head = ("| env | data | backbone | updates | episodes | base | critic-free | critic | paper base → critic | "
+            "published code on our data | verdict |")
+    rows = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for ln in lines():
+        base, critic = load(ln.base), load(ln.critic)
+        free = load(ln.free) if ln.free is not None else None
+        n = critic["n"] if critic is not None else (base["n"] if base is not None else None)
+        pb, pbs, pc, pcs = ln.paper
+        free_cell = "-" if ln.free is None else _pm(free)
+        note = f" ({ln.note})" if ln.note and critic is not None else ""
+        rows.append(
+            f"| {ln.env} | {ln.data} | {ln.backbone} | {ln.updates} | {n if n is not None else '-'} | {_pm(base)} | "
+            f"{free_cell} | {_pm(critic)}{note} | {pb:.2f} +- {pbs:.2f} → {pc:.2f} +- {pcs:.2f} | "
+            f"{published(ln.published)} | {verdict(ln, base, critic)} |"
+        )
+    return "\n".join(rows)
+
+
+def commands() -> str:
+    """Each line's records and the commands that wrote them (as `claims.py` reconstructs them)."""
+    out = []
+    for ln in lines():
+        for what, row in (("base", ln.base), ("critic-free", ln.free), ("critic", ln.critic)):
+            x = load(row) if row is not None else None
+            if x is not None:
+                out.append(f"- {ln.env} {ln.data} {ln.backbone} {what} ({x['shape']}): {x['command']}")
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write", type=Path, help="replace the <!-- table1 --> block of this file")
+    args = ap.parse_args()
+    out = table() + "\n\nCommands (seeds x tasks x episodes):\n\n" + commands()
+    print(out)
+    if args.write:
+        text = args.write.read_text()
+        a, b = "<!-- table1 -->", "<!-- /table1 -->"
+        if a not in text or b not in text:
+            print(f"{args.write}: no {a} ... {b} block", file=sys.stderr)
+            return 2
+        head, rest = text.split(a, 1)
+        _, tail = rest.split(b, 1)
+        args.write.write_text(f"{head}{a}\n{out}\n{b}{tail}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
