@@ -63,7 +63,7 @@ def load(row: Row) -> dict | None:
         d = d["variants"][row.variant]
     s = np.asarray(d["success"], float)  # (seeds, tasks, episodes)
     return {"per_seed": s.reshape(s.shape[0], -1).mean(1), "episodes": s.reshape(-1), "n": s.size,
-            "shape": "x".join(str(k) for k in s.shape), "command": command(path, d)}
+            "shape": "x".join(str(k) for k in s.shape), "command": command(path, d), "step": d.get("checkpoint_step")}
 
 # Run keys that do not change a record's numbers (labels, chunking), left out of the reconstructed command.
 _NO_EFFECT = {"group", "paper", "paper_se", "paper_ref", "chunk", "train_chunk", "figure", "grid", "driver"}

@@ -122,8 +122,10 @@ def table() -> str:
         pb, pbs, pc, pcs = ln.paper
         free_cell = "-" if ln.free is None else _pm(free)
         note = f" ({ln.note})" if ln.note and critic is not None else ""
+        steps = {x["step"] for x in (base, critic, free) if x is not None and x.get("step")}
+        updates = ", ".join(f"{k // 1000}k" for k in sorted(steps)) or ln.updates
         rows.append(
-            f"| {ln.env} | {ln.data} | {ln.backbone} | {ln.updates} | {n if n is not None else '-'} | {_pm(base)} | "
+            f"| {ln.env} | {ln.data} | {ln.backbone} | {updates} | {n if n is not None else '-'} | {_pm(base)} | "
             f"{free_cell} | {_pm(critic)}{note} | {pb:.2f} +- {pbs:.2f} → {pc:.2f} +- {pcs:.2f} | "
             f"{published(ln.published)} | {verdict(ln, base, critic)} |"
         )
