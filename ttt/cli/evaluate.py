@@ -103,7 +103,7 @@ def eval_cmd(
 
     from ttt.data.files import load
     from ttt.data.specs import get_spec
-    from ttt.envs import has_jax_env
+    from ttt.envs import NO_MJX, has_jax_env
     from ttt.envs.gym import max_episode_steps
     from ttt.evaluate import evaluate
     from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
@@ -144,6 +144,9 @@ def eval_cmd(
             f"--backend mjx is the physics of the compiled driver; {spec.env_id} runs on the host driver "
             "(OGBench's gym env, C MuJoCo): leave out --backend or use --backend mujoco"
         )
+    if backend == "mjx" and spec.env_id in NO_MJX:
+        raise TttError(f"--backend mjx: {spec.env_id} runs on C MuJoCo only ({NO_MJX[spec.env_id]}); leave out "
+                       "--backend or use --backend mujoco")  # fmt: skip
     if json_out:
         from ttt.storage import writable_file
 
