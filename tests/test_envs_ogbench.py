@@ -200,3 +200,54 @@ def test_reset_is_a_function_of_the_key_and_tasks_are_checked():
         with pytest.raises(ValueError, match=f"task 6 does not exist in {env_id}; valid: 1..5"):
             env.reset(jax.random.key(0), 6)
         assert make_env(env_id).info is env.info  # rebuilt envs share the host side: programs are reused
+
+
+def _random_dataset(env, episodes: int, rows: int, seed: int):
+    """A tiny dataset of the env's own random-action episodes (compiled rollouts), goals by the spec's coordinates."""
+    from ttt.data.dataset import Dataset
+
+    keys = jax.random.split(jax.random.key(seed), episodes)
+    state, obs0, _ = _reset(env, keys, jnp.arange(episodes) % env.num_tasks + 1)
+    actions = np.random.default_rng(seed).uniform(-1, 1, (rows - 1, episodes, env.action_dim)).astype(np.float32)
+    obs, _ = _rollout(env, state, jnp.asarray(actions))
+    obs = np.concatenate([np.asarray(obs0)[None], np.asarray(obs)])  # (rows, episodes, obs)
+    acts = np.concatenate([actions, np.zeros((1, episodes, env.action_dim), np.float32)])
+    flat = lambda x: np.swapaxes(x, 0, 1).reshape(episodes * rows, -1)  # noqa: E731
+    terminals = np.tile(np.arange(rows) == rows - 1, episodes)
+    return Dataset.from_arrays(flat(obs), flat(acts), terminals, goal_fn=env.goal_coords)
+
+
+@pytest.mark.slow
+def test_cube_gc_ttt_episodes_compiled_equal_host():
+    """GC-TTT on cube-single, end to end: the compiled program (the env inside, vmapped over seeds x tasks) and the
+    host driver (OGBench's gymnasium env) face the same episodes and make the same selections; trajectories agree
+    to float error (the actions come from different XLA programs)."""
+    from ttt.data.specs import get_spec
+    from ttt.episode import TTTConfig
+    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.finetune import FinetuneConfig
+    from ttt.presets import make_configs
+    from ttt.pretrain import init_state
+    from ttt.select import SelectConfig
+
+    env = _env(CUBE)
+    spec = get_spec("cube-single-play-v0")
+    data = _random_dataset(env, episodes=3, rows=31, seed=0)  # the shapes of the first test's programs
+    cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16,), "value_hidden_dims": (16,),
+                                                      "batch_size": 16})  # fmt: skip
+    ttt = TTTConfig(K=10, select=SelectConfig(q=0.5, mode="mc", eps_rel=3.0), finetune=FinetuneConfig(steps=2, lr=1e-3))
+    setup = EvalSetup("gcbc", cfg, sampler, spec, ttt, max_steps=20)
+    keys = jax.random.split(jax.random.key(0), 2)
+    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 28, 5, cfg).agent))(keys)
+    kw = dict(episodes=1, tasks=(1, 4), seed=0)
+    comp = evaluate(setup, ag, data, driver="compiled", **kw)
+    host = evaluate(setup, ag, data, driver="host", **kw)
+    assert comp.observations.shape == (2, 2, 1, 20, 28)
+    np.testing.assert_array_equal(comp.starts, host.starts)
+    np.testing.assert_array_equal(comp.goals, host.goals)
+    np.testing.assert_allclose(comp.observations, host.observations, atol=1e-3)
+    np.testing.assert_array_equal(comp.steps, host.steps)
+    for k in ("active", "empty", "n_rel", "n_selected", "n_train_rows"):
+        np.testing.assert_array_equal(comp.rounds[k], host.rounds[k], err_msg=k)
+    assert (comp.rounds["n_selected"] > 0).any()  # real selections were compared
+    assert not np.allclose(comp.observations[0, 0, 0, -1], comp.observations[0, 0, 0, 0])  # the arm moved

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -79,6 +80,8 @@ class RowRunner:
         self.out_specs = [(tuple(s), np.dtype(d)) for s, d in out_specs]
         self._locks = [threading.Lock() for _ in self.contexts]
         self._pool = ThreadPoolExecutor(len(self.contexts)) if len(self.contexts) > 1 else None
+        self.seconds = 0.0  # wall time spent in calls (benchmarks read it: the environment's share of an episode)
+        self.calls = 0
 
     def _chunk(self, w: int, rows: range, args: Sequence[np.ndarray], outs: list[np.ndarray]) -> None:
         with self._locks[w]:
@@ -90,6 +93,7 @@ class RowRunner:
 
     def __call__(self, n_batch_dims: int, *args: np.ndarray) -> tuple[np.ndarray, ...]:
         """Run over the leading ``n_batch_dims`` axes shared by every argument; outputs keep those axes."""
+        t0 = time.perf_counter()
         args = [np.asarray(a) for a in args]
         lead = args[0].shape[:n_batch_dims]
         n = int(np.prod(lead, dtype=np.int64))
@@ -104,6 +108,8 @@ class RowRunner:
         else:
             for f in [self._pool.submit(self._chunk, w, rows, flat, outs) for w, rows in enumerate(chunks)]:
                 f.result()
+        self.seconds += time.perf_counter() - t0
+        self.calls += 1
         return tuple(o.reshape(lead + o.shape[1:]) for o in outs)
 
 
