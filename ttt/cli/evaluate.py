@@ -39,14 +39,14 @@ from ttt.errors import TttError
     type=click.Choice(["auto", "compiled", "host"]),
     default="auto",
     show_default=True,
-    help="compiled: whole episodes as one program (envs with a JAX implementation); host: OGBench's gym env.",
+    help="compiled: whole episodes as one program (pointmaze, antmaze, cube-single); host: OGBench's gym env.",
 )
 @click.option(
     "--backend",
     type=click.Choice(["mujoco", "mjx"]),
     default="mujoco",
     show_default=True,
-    help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (for GPUs).",
+    help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (pointmaze; for GPUs).",
 )
 @click.option("--chunk", type=int, default=25, show_default=True, help="Episodes per compiled program call.")
 @click.option(
