@@ -147,6 +147,7 @@ def main() -> int:
     doc = dict(
         checkpoint=args.ckpt,
         agent=meta["agent"],
+        step=meta.get("step"),
         dataset=meta["dataset"],
         data_rows=int(data.n_rows),
         profile=meta.get("profile"),
