@@ -12,7 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ttt.envs import HOST_ONLY_ENVS, JAX_ENVS, PointMaze, has_jax_env, impose_start_goal, make_env
+from ttt.envs import (
+    HOST_ONLY_ENVS,
+    JAX_ENVS,
+    MJX_ENVS,
+    PointMaze,
+    has_jax_env,
+    has_mjx,
+    impose_start_goal,
+    make_env,
+)
 from ttt.envs.pointmaze import _make_gym_env
 
 ENV_ID = "pointmaze-medium-v0"
@@ -242,17 +251,18 @@ def test_other_mazes_match_ogbench_tasks(env_id):
 
 
 def test_make_env_errors():
-    assert JAX_ENVS == ("pointmaze-medium-v0", "pointmaze-large-v0", "pointmaze-giant-v0", "pointmaze-teleport-v0")
-    assert has_jax_env(ENV_ID) and has_jax_env(TELEPORT_ID) and not has_jax_env("cube-single-v0")
     mazes = ("medium", "large", "giant", "teleport")
-    assert set(HOST_ONLY_ENVS) == {"cube-single-v0", *(f"antmaze-{m}-v0" for m in mazes)}
+    assert JAX_ENVS == (*(f"pointmaze-{m}-v0" for m in mazes), *(f"antmaze-{m}-v0" for m in mazes), "cube-single-v0")
+    assert has_jax_env(ENV_ID) and has_jax_env(TELEPORT_ID) and has_jax_env("cube-single-v0")
+    assert HOST_ONLY_ENVS == {} and MJX_ENVS == tuple(f"pointmaze-{m}-v0" for m in mazes)
+    assert has_mjx(ENV_ID) and not has_mjx("antmaze-medium-v0") and not has_mjx("cube-single-v0")
     with pytest.raises(ValueError, match="valid ids: pointmaze-medium-v0, pointmaze-large-v0") as e:
         make_env("pointmaze-huge-v0")
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="host driver"):
-        make_env("cube-single-v0")
-    with pytest.raises(ValueError, match="antmaze-medium-v0 has no in-program env .*slower than C MuJoCo.*host driver"):
-        make_env("antmaze-medium-v0")
+    with pytest.raises(ValueError, match="cube-single-v0 has no MJX backend .*mesh contacts.*use backend 'mujoco'"):
+        make_env("cube-single-v0", backend="mjx")
+    with pytest.raises(ValueError, match="antmaze-medium-v0 has no MJX backend .*slower than C MuJoCo"):
+        make_env("antmaze-medium-v0", backend="mjx")
     with pytest.raises(ValueError, match="valid backends: mujoco, mjx"):
         make_env(ENV_ID, backend="brax")
 

@@ -281,6 +281,12 @@ def make_host_fns(setup: EvalSetup):
     )
 
 
+@eqx.filter_jit
+def _reset_draws(env, keys, tasks):
+    """`env.reset_draws` of a batch of reset keys and tasks (the host driver's episodes)."""
+    return jax.vmap(env.reset_draws)(keys, tasks)
+
+
 def run_host(
     setup: EvalSetup,
     agents,
@@ -293,10 +299,10 @@ def run_host(
     oracle=None,
 ) -> dict[str, np.ndarray]:
     """The host driver: OGBench's gymnasium environments stepped from Python, in lockstep over the batch, with
-    the jitted batch `prepare` / `adapt` / `act`. Starts and goals come from the in-program environment's
-    `sample_start_goal` with the same reset keys where one exists (so both paths face the same episodes), else
-    from the gymnasium reset seeded per (task, episode)."""
-    from ttt.envs import has_jax_env, impose_start_goal
+    the jitted batch `prepare` / `adapt` / `act`. Episodes come from the in-program environment's `reset_draws`
+    with the same reset keys, imposed on the gymnasium env (`Env.impose`), where one exists (so both paths face the
+    same episodes), else from the gymnasium reset seeded per (task, episode)."""
+    from ttt.envs import has_jax_env
     from ttt.envs import make_env as make_jax_env
     from ttt.episode import round_keys
 
@@ -306,9 +312,8 @@ def run_host(
     R = n_rounds(L, setup.ttt)
     envs, obs, goals = [], [], []
     jax_env = make_jax_env(setup.spec.env_id, backend="mujoco") if has_jax_env(setup.spec.env_id) else None
-    if jax_env is not None:
-        starts, goal_xy = jax.jit(jax.vmap(jax_env.sample_start_goal))(batch.reset_keys, jnp.asarray(batch.task))
-        starts, goal_xy = np.asarray(starts), np.asarray(goal_xy)
+    if jax_env is not None:  # every number the in-program reset draws from the same keys
+        draws = jax.tree.map(np.asarray, _reset_draws(jax_env, batch.reset_keys, jnp.asarray(batch.task)))
     for b in range(B):
         env = make_gym_env(setup.spec.env_id, **(gym_kwargs or {}))
         task = int(batch.task[b])
@@ -317,7 +322,7 @@ def run_host(
         o, info = env.reset(seed=ep_seed, options=dict(task_id=task))
         g = info["goal"]
         if jax_env is not None:
-            o, g = impose_start_goal(env, starts[b], goal_xy[b])
+            o, g = jax_env.impose(env, {k: v[b] for k, v in draws.items()})
         envs.append(env)
         obs.append(np.asarray(o, np.float32))
         goals.append(np.asarray(g, np.float32))

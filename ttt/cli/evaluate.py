@@ -39,14 +39,14 @@ from ttt.errors import TttError
     type=click.Choice(["auto", "compiled", "host"]),
     default="auto",
     show_default=True,
-    help="compiled: whole episodes as one program (envs with a JAX implementation); host: OGBench's gym env.",
+    help="compiled: whole episodes as one program (pointmaze, antmaze, cube-single); host: OGBench's gym env.",
 )
 @click.option(
     "--backend",
     type=click.Choice(["mujoco", "mjx"]),
     default="mujoco",
     show_default=True,
-    help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (for GPUs).",
+    help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (pointmaze; for GPUs).",
 )
 @click.option("--chunk", type=int, default=25, show_default=True, help="Episodes per compiled program call.")
 @click.option(
@@ -116,7 +116,7 @@ def eval_cmd(
 
     from ttt.data.files import load
     from ttt.data.specs import get_spec
-    from ttt.envs import has_jax_env
+    from ttt.envs import NO_MJX, has_jax_env
     from ttt.envs.gym import max_episode_steps
     from ttt.evaluate import evaluate
     from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
@@ -157,6 +157,9 @@ def eval_cmd(
             f"--backend mjx is the physics of the compiled driver; {spec.env_id} runs on the host driver "
             "(OGBench's gym env, C MuJoCo): leave out --backend or use --backend mujoco"
         )
+    if backend == "mjx" and spec.env_id in NO_MJX:
+        raise TttError(f"--backend mjx: {spec.env_id} runs on C MuJoCo only ({NO_MJX[spec.env_id]}); leave out "
+                       "--backend or use --backend mujoco")  # fmt: skip
     if json_out:
         from ttt.storage import writable_file
 

@@ -1,10 +1,11 @@
 """In-program environments: pure JAX functions of an explicit state (see ``ttt.envs.base.Env``).
 
 ``make_env(env_id, backend)`` builds the JAX env of an OGBench gymnasium id: every PointMaze maze (medium,
-large, giant, and teleport, whose random exits are drawn from a key carried in the state). Envs without one
-(``cube-single-v0``: mesh contacts MJX cannot run well; the ant mazes: MJX is 350-950x slower than C MuJoCo
-on CPU) use the host driver, which steps OGBench's gymnasium
-env from Python.
+large, giant, and teleport, whose random exits are drawn from a key carried in the state; physics 'mujoco' or
+'mjx'), every AntMaze maze (``ttt.envs.antmaze``) and cube-single (``ttt.envs.cube``). The ant mazes and the cube
+run OGBench's own MjModel with C MuJoCo through a callback only ('mujoco'): MJX steps the ant maze 350-950x slower
+than C MuJoCo on CPU, and the cube's mesh contacts are out of its reach (``MJX_ENVS`` lists the ids with 'mjx').
+The host driver (OGBench's gymnasium env stepped from Python) remains for every id.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from ttt._lazy import exports
 _LAZY = {  # imported on first use, so that the host-side helpers (`ttt.envs.gym`) load without JAX
     "Env": "ttt.envs.base",
     "State": "ttt.envs.base",
+    "AntMaze": "ttt.envs.antmaze",
+    "AntMazeState": "ttt.envs.antmaze",
+    "CubeSingle": "ttt.envs.cube",
+    "CubeState": "ttt.envs.cube",
     "BACKENDS": "ttt.envs.pointmaze",
     "PointMaze": "ttt.envs.pointmaze",
     "PointMazeState": "ttt.envs.pointmaze",
@@ -26,25 +31,32 @@ __getattr__, __dir__ = exports(__name__, _LAZY)
 
 
 if TYPE_CHECKING:
+    from ttt.envs.antmaze import AntMaze, AntMazeState
     from ttt.envs.base import Env, State
+    from ttt.envs.cube import CubeSingle, CubeState
     from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
 
-JAX_ENVS: tuple[str, ...] = (
-    "pointmaze-medium-v0",
-    "pointmaze-large-v0",
-    "pointmaze-giant-v0",
-    "pointmaze-teleport-v0",
-)
+_MAZES = ("medium", "large", "giant", "teleport")
+# Ids with an in-program env, and its class (module, name).
+_ENV_CLASSES: dict[str, tuple[str, str]] = {
+    **{f"pointmaze-{m}-v0": ("ttt.envs.pointmaze", "PointMaze") for m in _MAZES},
+    **{f"antmaze-{m}-v0": ("ttt.envs.antmaze", "AntMaze") for m in _MAZES},
+    "cube-single-v0": ("ttt.envs.cube", "CubeSingle"),
+}
+JAX_ENVS: tuple[str, ...] = tuple(_ENV_CLASSES)
 
-# OGBench ids this project uses that have no in-program env, and why.
-HOST_ONLY_ENVS: dict[str, str] = {
+# Ids whose in-program env also runs on MJX (backend 'mjx'); the others only on 'mujoco', and why.
+MJX_ENVS: tuple[str, ...] = tuple(f"pointmaze-{m}-v0" for m in _MAZES)
+NO_MJX: dict[str, str] = {
     "cube-single-v0": "its mesh contacts are out of MJX's reach",
     **{
-        f"antmaze-{maze}-v0": "MJX steps the ant maze 350-950x slower than C MuJoCo on CPU: "
-        "benchmarks/antmaze_physics.py"
-        for maze in ("medium", "large", "giant", "teleport")
+        f"antmaze-{m}-v0": "MJX steps the ant maze 350-950x slower than C MuJoCo on CPU: benchmarks/antmaze_physics.py"
+        for m in _MAZES
     },
 }
+
+# OGBench ids this project uses that have no in-program env, and why (none left: kept for callers that read it).
+HOST_ONLY_ENVS: dict[str, str] = {}
 
 
 def has_jax_env(env_id: str) -> bool:
@@ -52,26 +64,39 @@ def has_jax_env(env_id: str) -> bool:
     return env_id in JAX_ENVS
 
 
-def make_env(env_id: str, backend: str = "mujoco") -> Env:
-    """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or 'mjx')."""
-    from ttt.envs.pointmaze import PointMaze
+def has_mjx(env_id: str) -> bool:
+    """Whether ``env_id``'s in-program env runs on MJX (backend 'mjx') as well as on C MuJoCo ('mujoco')."""
+    return env_id in MJX_ENVS
 
-    if env_id in HOST_ONLY_ENVS:
-        raise ValueError(f"{env_id} has no in-program env ({HOST_ONLY_ENVS[env_id]}); use the host driver")
-    if env_id not in JAX_ENVS:
+
+def make_env(env_id: str, backend: str = "mujoco") -> Env:
+    """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or, for ``MJX_ENVS``, 'mjx')."""
+    import importlib
+
+    if env_id not in _ENV_CLASSES:
         raise ValueError(f"unknown env id '{env_id}'; valid ids: {', '.join(JAX_ENVS)}")
-    return PointMaze(env_id, backend)
+    if backend == "mjx" and env_id in NO_MJX:
+        raise ValueError(f"{env_id} has no MJX backend ({NO_MJX[env_id]}); use backend 'mujoco'")
+    module, name = _ENV_CLASSES[env_id]
+    return getattr(importlib.import_module(module), name)(env_id, backend)
 
 
 __all__ = [
     "BACKENDS",
     "HOST_ONLY_ENVS",
     "JAX_ENVS",
+    "MJX_ENVS",
+    "NO_MJX",
+    "AntMaze",
+    "AntMazeState",
+    "CubeSingle",
+    "CubeState",
     "Env",
     "PointMaze",
     "PointMazeState",
     "State",
     "has_jax_env",
+    "has_mjx",
     "impose_start_goal",
     "make_env",
 ]

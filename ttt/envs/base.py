@@ -18,6 +18,7 @@ import abc
 from typing import Any
 
 import equinox as eqx
+import numpy as np
 from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray
 
 # An environment's state: a pytree of arrays (the env's own ``eqx.Module``), holding the goal.
@@ -72,3 +73,15 @@ class Env(eqx.Module):
     ) -> tuple[State, Float[Array, " obs"], Float[Array, " obs"]]:
         """``(state, obs, goal_obs)`` of a fresh episode of task ``task`` (1-based), noise drawn from ``key``."""
         return self.reset_to(*self.sample_start_goal(key, task))
+
+    def reset_draws(self, key: PRNGKeyArray, task: Int[ArrayLike, ""]) -> dict[str, Array]:
+        """What ``reset(key, task)`` draws, for ``impose`` (the host driver): by default the start and goal
+        (``init``, ``goal``) of ``sample_start_goal``."""
+        init, goal = self.sample_start_goal(key, task)
+        return dict(init=init, goal=goal)
+
+    def impose(self, gym_env, draws: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Put OGBench's gymnasium env of this id (already reset) into the episode ``reset`` starts from these draws
+        (``reset_draws``, as NumPy arrays): ``(obs, goal_obs)``. The host driver's reset, so that both drivers face
+        the same episodes. Envs that reproduce an OGBench env implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot impose its episodes on a gymnasium env")

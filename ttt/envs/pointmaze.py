@@ -308,6 +308,10 @@ class PointMaze(Env):
         """The xy position: ``obs[..., :2]``."""
         return obs[..., :2]
 
+    def impose(self, gym_env, draws: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``impose_start_goal(gym_env, draws['init'], draws['goal'])`` (see there; teleport exits are not imposed)."""
+        return impose_start_goal(gym_env, draws["init"], draws["goal"])
+
 
 def impose_start_goal(gym_env, init_xy: ArrayLike, goal_xy: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Put OGBench's (already reset) gymnasium PointMaze env at ``init_xy`` with goal ``goal_xy``.

@@ -303,9 +303,10 @@ def _check_combination(r: dict, where: str) -> None:
 
 
 def _check_backend(r: dict, where: str) -> None:
-    """backend = 'mjx' is the compiled driver's physics: refuse it where the run uses the host driver."""
+    """backend = 'mjx' is the compiled driver's physics: refuse it where the run uses the host driver, and where the
+    environment's in-program env has no MJX backend (the ant mazes, cube-single)."""
     from ttt.data.specs import get_spec
-    from ttt.envs import has_jax_env
+    from ttt.envs import NO_MJX, has_jax_env
 
     env_id = get_spec(r["dataset"]).env_id
     host = r["driver"] == "host" or (r["driver"] == "auto" and not has_jax_env(env_id))
@@ -314,6 +315,9 @@ def _check_backend(r: dict, where: str) -> None:
             f"{where}: backend = 'mjx' is the physics of the compiled driver, but {env_id} runs on the host driver "
             "here (OGBench's gym env, C MuJoCo); use backend = 'mujoco'"
         )
+    if r["backend"] == "mjx" and env_id in NO_MJX:
+        raise TttError(f"{where}: backend = 'mjx': {env_id} runs on C MuJoCo only ({NO_MJX[env_id]}); use backend = "
+                       "'mujoco'")  # fmt: skip
 
 
 def effective_rule(r: dict) -> str:
