@@ -127,6 +127,10 @@ def test_late_eval_keys_enter_the_key_only_when_set(tmp_path):
     ck = checkpoint_identity(tmp_path, meta)
     assert key() == digest(dict(checkpoint=ck, variant="ttt", dataset=r["dataset"], **old))
     assert len({key(), key(ft_train="actor"), key(ft_alpha=0.3), key(ft_alpha=1.0)}) == 4
+    # Antmaze and cube episodes are drawn from the keys since they run in the compiled program: their evaluations
+    # made before (the gym env's seeded resets) are other evaluations.
+    ant = {**r, "dataset": "antmaze-medium-navigate-v0"}
+    assert eval_key(ant, tmp_path) != digest(dict(checkpoint=ck, variant="ttt", dataset=ant["dataset"], **old))
     with pytest.raises(TttError, match="ft_alpha is the BC weight"):
         validate_run({**r, "ft_alpha": 0.3})
     validate_run({**r, "agent": "gciql", "ft_alpha": 0.3, "ft_train": "actor"})

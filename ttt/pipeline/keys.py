@@ -92,6 +92,10 @@ def eval_key(run: dict, ckpt: Path) -> str:
     settings = {k: run[k] for k in keys if k not in LATE_EVAL_KEYS or run[k] != RUN_KEYS[k].default}
     if "rule" in settings:  # the rule in force, not `null`: a changed default is another evaluation
         settings["rule"] = effective_rule(run)
+    if not env_id(run).startswith("pointmaze"):
+        # Antmaze and cube episodes are drawn from the evaluation keys on both drivers since the compiled ant and
+        # cube (before: the gym env's seeded reset on the host driver): another set of episodes, another evaluation.
+        settings["episodes_from"] = "keys"
     return digest(dict(checkpoint=ck, variant=run["variant"], dataset=run["dataset"], **settings))
 
 
