@@ -16,7 +16,8 @@ N = 100 updates, replan horizon K = 100 (the `ttt` rows' setting); their fine-tu
 of the pre-training Adam state are left as they are.
 
 Resumable: a finished pre-training checkpoint (`params_STEPS.pkl`) is reused, and every finished episode is
-appended to `WORK/DATASET/gciql-STEPS/VARIANT.jsonl` and skipped on a rerun. Episodes are paired across variants:
+appended to `WORK/DATASET/gciql-STEPS/VARIANT.jsonl` and skipped on a rerun; `--record-only` rewrites the records
+from those logs and runs nothing (after stopping a run). Episodes are paired across variants:
 episode `e` of task `t` under training seed `s` resets the environment (and numpy's global generator) with seed
 `10000 * s + 100 * t + e`. Episodes run episode-major (episode 0 of every seed and task, then episode 1, ...), so
 a row cut short still has whole (seeds, tasks, k) blocks.
@@ -246,11 +247,12 @@ def write_record(path: Path, args, variant: str, cfg: dict, done: list[dict], pr
         "success": succ,
         "steps": steps,
         "per_seed": per_seed.tolist(),
-        "mean": float(per_seed.mean()) if n else float("nan"),
-        "se": se,
+        "mean": float(per_seed.mean()) if n else None,
+        "se": se if n > 1 else None,
         "se_note": "s.e. over training seeds (std ddof=1 / sqrt(seeds)) of each seed's success rate",
-        "wall_s_per_episode": float(np.mean(walls)) if walls else float("nan"),
-        "wall_s_per_episode_max": float(np.max(walls)) if walls else float("nan"),
+        "mean_episodes_run": float(np.mean([d["success"] for d in done])) if done else None,
+        "wall_s_per_episode": float(np.mean(walls)) if walls else None,
+        "wall_s_per_episode_max": float(np.max(walls)) if walls else None,
         "episodes_run": sorted(done, key=lambda d: (d["episode"], d["seed"], d["task"])),
         "pretrain": pre,
         "agent_config": cfg["agent"],
@@ -293,6 +295,8 @@ def main() -> None:
     p.add_argument("--replan", type=int, default=100, help="steps between re-selections with the critic rule (K)")
     p.add_argument("--data-dir", type=Path, default=Path("~/.ogbench/data").expanduser())
     p.add_argument("--machine", default=f"{platform.node()}, {os.cpu_count()} CPUs, CPU jax")
+    p.add_argument("--record-only", action="store_true",
+                   help="rewrite the records from the finished episodes' logs, run nothing (e.g. after a stop)")
     args = p.parse_args()
     variants = [v for v in args.variants.split(",") if v]
     bad = [v for v in variants if v not in VARIANTS]
@@ -321,6 +325,10 @@ def main() -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     pre = []
     for seed in args.seeds:
+        if args.record_only:
+            meta = run_dir / f"seed{seed}" / "pretrain.json"
+            pre.append(json.loads(meta.read_text()) if meta.is_file() else {"seed": seed, "missing": True})
+            continue
         cfg = make_cfg(args.code, args.dataset, seed, args.steps, run_dir / f"seed{seed}", "base", args.lr,
                        args.num_steps, args.replan)
         pre.append(pretrain(args.code, cfg, run_dir / f"pretrain-seed{seed}.log"))
@@ -335,9 +343,10 @@ def main() -> None:
         rec_path = args.out / f"{args.dataset}__gciql__{variant}__{args.steps}.json"
         todo = [(s, t, e) for e in range(args.episodes) for s in args.seeds for t in args.tasks
                 if (s, t, e) not in have]
-        if not todo:
+        if not todo or args.record_only:
             rec = write_record(rec_path, args, variant, cfgs[args.seeds[0]], done, pre)
-            print(f"{variant}: complete, {rec['mean']:.3f} +- {rec['se']:.3f} -> {rec_path}", flush=True)
+            print(f"{variant}: {rec['n_episodes']} of {len(args.seeds) * len(args.tasks) * args.episodes} episodes in "
+                  f"the block ({len(done)} run), mean {rec['mean']}, s.e. {rec['se']} -> {rec_path}", flush=True)
             continue
         pub = Published(args.code, cfgs)
         for s, t, e in todo:
@@ -347,8 +356,8 @@ def main() -> None:
             done.append(d)
             rec = write_record(rec_path, args, variant, cfgs[args.seeds[0]], done, pre)
             print(f"{variant} seed {s} task {t} ep {e}: success {d['success']:.0f} in {d['steps']} steps, "
-                  f"{d['wall_s']:.1f} s; row so far {rec['mean']:.3f} over {rec['n_episodes']} episodes", flush=True)
-        print(f"{variant}: {rec['mean']:.3f} +- {rec['se']:.3f} ({rec['n_episodes']} episodes, "
+                  f"{d['wall_s']:.1f} s; {rec['mean_episodes_run']:.3f} over {len(done)} episodes", flush=True)
+        print(f"{variant}: {rec['mean']} +- {rec['se']} ({rec['n_episodes']} episodes, "
               f"{rec['wall_s_per_episode']:.1f} s per episode) -> {rec_path}", flush=True)
 
 
