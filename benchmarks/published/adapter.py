@@ -259,6 +259,7 @@ def write_record(path: Path, args, variant: str, cfg: dict, done: list[dict], pr
         "finetune_config": cfg["finetune"] if variant != "base" else {"num_steps": 0, "lr": 0.0},
         "command": args.command,
         "machine": args.machine,
+        "load_avg_1m": os.getloadavg()[0],  # when the record was written: the machine may be shared
         "written": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
