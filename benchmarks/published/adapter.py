@@ -1,0 +1,366 @@
+"""Run the authors' published GC-TTT code on `ttt`'s generated datasets and write records beside ours (issue 37).
+
+The published code is antoniomari/meta-gc-rl (no licence: read and run, never copied here) at its last runnable
+revision 434aa5e. This script is OUR adapter: it runs in THEIR virtual environment (see README.md; `run.sh` calls
+it), pre-trains with THEIR `main.py` (one subprocess per seed, a generated YAML config, evaluation switched off)
+and evaluates with THEIR `utils.evaluation.evaluate`, one episode per call, exactly as their `main.py` does per
+task, for the variants
+
+- `base`: no fine-tuning (their grid's row `[lr 0, num_steps 0, filter_by_mc false, filter_by_recursive_mdp false]`),
+- `ttt`: GC-TTT with their critic rule (`filter_by_recursive_mdp`: whole dataset episodes ranked by the critic's
+  predicted steps to the goal, 10 kept), re-selected and re-fine-tuned every `--replan` steps,
+- `ttt-mc`: their critic-free rule (`filter_by_mc`), fine-tuned once per episode.
+
+Fine-tuning settings are their grid's common keys (`grids/pointmaze.yaml`, `grids/antmaze.yaml`) with lr 3e-4,
+N = 100 updates, replan horizon K = 100 (the `ttt` rows' setting); their fine-tuning batch (1024) and their reuse
+of the pre-training Adam state are left as they are.
+
+Resumable: a finished pre-training checkpoint (`params_STEPS.pkl`) is reused, and every finished episode is
+appended to `WORK/DATASET/gciql-STEPS/VARIANT.jsonl` and skipped on a rerun; `--record-only` rewrites the records
+from those logs and runs nothing (after stopping a run). Episodes are paired across variants:
+episode `e` of task `t` under training seed `s` resets the environment (and numpy's global generator) with seed
+`10000 * s + 100 * t + e`. Episodes run episode-major (episode 0 of every seed and task, then episode 1, ...), so
+a row cut short still has whole (seeds, tasks, k) blocks.
+
+After every episode the row's record is rewritten: `OUT/DATASET__gciql__VARIANT__STEPS.json` with
+`success[seed][task][episode]` (the finished block; `complete` says whether it is the whole row), the per-episode
+list with wall times, mean +- s.e. over seeds, wall seconds per episode, and the revision and every setting.
+
+    python benchmarks/published/adapter.py --code CHECKOUT --work WORK --dataset pointmaze-medium-navigate-v0 \
+        --seeds 0,1 --steps 10000 --tasks 1,2,3,4,5 --episodes 3 --variants base,ttt
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REVISION = "434aa5eef42dfdab93b1eed39b0bd78d6e8115fe"
+REPO = "antoniomari/meta-gc-rl"
+ROOT = Path(__file__).resolve().parent.parent.parent
+DEFAULT_OUT = ROOT / "benchmarks" / "results" / "published"
+
+# OGBench's per-environment DDPG+BC alpha (impls/hyperparameters.sh), also the authors' grids.
+ALPHA = {"pointmaze": 0.003, "antmaze": 0.3}
+VARIANTS = ("base", "ttt", "ttt-mc")
+LABEL = {
+    "base": "published GC-IQL-DDPG, no fine-tuning",
+    "ttt": "published GC-IQL-DDPG + GC-TTT, their critic rule (filter_by_recursive_mdp)",
+    "ttt-mc": "published GC-IQL-DDPG + GC-TTT, their critic-free rule (filter_by_mc, once per episode)",
+}
+
+
+def fail(msg: str) -> None:
+    print(f"adapter.py: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def check_setup(code: Path, dataset: str, data_dir: Path) -> None:
+    """Clear one-line errors for a missing checkout, the wrong interpreter, or a missing dataset."""
+    needed = ["main.py", "agents/gciql.py", "utils/evaluation.py", "utils/datasets.py", "grids/default.yaml"]
+    missing = [p for p in needed if not (code / p).is_file()]
+    if missing:
+        fail(f"published checkout not found at '{code}' (missing {', '.join(missing)}); "
+             "set it up with benchmarks/published/setup.sh (README.md)")
+    if "os.environ.get('WANDB_MODE'" not in (code / "utils" / "log_utils.py").read_text():
+        fail(f"the checkout '{code}' is not patched; run benchmarks/published/patch.sh {code}")
+    try:
+        import flax  # noqa: F401
+        import jax  # noqa: F401
+        import ml_collections  # noqa: F401
+        import rustworkx  # noqa: F401
+        import wandb  # noqa: F401
+    except ImportError as e:
+        fail(f"this Python ({sys.executable}) is not the published code's venv ({e.name} missing); "
+             "create it with benchmarks/published/setup.sh and run through run.sh")
+    for name in (f"{dataset}.npz", f"{dataset}-val.npz"):
+        if not (data_dir / name).is_file():
+            fail(f"dataset file '{data_dir / name}' not found (their ogbench would try to download it); "
+                 f"generate it with `ttt data generate {dataset}`")
+
+
+def family(dataset: str) -> str:
+    fam = dataset.split("-")[0]
+    if fam not in ALPHA:
+        fail(f"dataset '{dataset}' not supported; valid families: {', '.join(ALPHA)} (e.g. pointmaze-medium-stitch-v0)")
+    return fam
+
+
+def make_cfg(code: Path, dataset: str, seed: int, steps: int, work_dir: Path, variant: str, lr: float,
+             num_steps: int, replan: int) -> dict:
+    """Their main.py's YAML config: their grids/default.yaml, the grid's common keys, our budget and sizes."""
+    import yaml
+
+    cfg = yaml.safe_load((code / "grids" / "default.yaml").read_text())
+    stitch = "stitch" in dataset
+    cfg.update(
+        run_group="ttt-published", seed=seed, env_name=dataset, data_ratio=1.0, working_dir=str(work_dir),
+        restore_path=None, restore_epoch=None, train_steps=steps, log_interval=min(1000, steps),
+        eval_interval=steps + 1, eval_start=steps + 1, save_interval=steps, eval_tasks=None, eval_episodes=1,
+        eval_temperature=0, eval_gaussian=None, video_episodes=0, eval_on_cpu=1,
+    )
+    cfg["agent"] = dict(
+        agent_name="gciql", actor_loss="ddpgbc", alpha=ALPHA[family(dataset)],
+        # Their grids: stitch datasets draw actor goals half from the trajectory, half at random.
+        actor_p_randomgoal=0.5 if stitch else 0.0, actor_p_trajgoal=0.5 if stitch else 1.0,
+        # `ttt`'s cpu profile (OGBench: 512x3, batch 1024).
+        actor_hidden_dims=[256, 256], value_hidden_dims=[256, 256], batch_size=256,
+    )
+    ft = dict(cfg["finetune"])
+    # The grid's common fine-tuning keys (grids/pointmaze.yaml and grids/antmaze.yaml are identical here).
+    ft.update(ratio=1.0, fix_actor_goal=1.0, filter_by_td=False, mc_quantile=0.2, mc_slack=10, sorb_len=5,
+              td_correction_horizon=20, td_quantile=0.2, filter_by_argmax=False, filter_by_nstep_td=False,
+              max_steps=15, min_steps=10, mc_similarity_threshold=1.0, actor_loss="ddpgbc")
+    if variant == "base":
+        ft.update(lr=0.0, num_steps=0, filter_by_mc=False, filter_by_recursive_mdp=False, replan_horizon=replan)
+    elif variant == "ttt":
+        ft.update(lr=lr, num_steps=num_steps, filter_by_mc=False, filter_by_recursive_mdp=True, replan_horizon=replan)
+    else:
+        ft.update(lr=lr, num_steps=num_steps, filter_by_mc=True, filter_by_recursive_mdp=False, replan_horizon=replan)
+    cfg["finetune"] = ft
+    return cfg
+
+
+def pretrain(code: Path, cfg: dict, log_path: Path) -> dict:
+    """Run their main.py for one seed unless its checkpoint exists; return wall time and throughput."""
+    import yaml
+
+    work_dir = Path(cfg["working_dir"])
+    ckpt = work_dir / f"params_{cfg['train_steps']}.pkl"
+    meta_path = work_dir / "pretrain.json"
+    if ckpt.is_file() and meta_path.is_file():
+        print(f"reusing {ckpt}", flush=True)
+        return json.loads(meta_path.read_text())
+    work_dir.mkdir(parents=True, exist_ok=True)
+    yaml_path = work_dir / "pretrain.yaml"
+    yaml_path.write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, WANDB_MODE="disabled", WANDB_SILENT="true")
+    print(f"pre-training seed {cfg['seed']} ({cfg['train_steps']} updates) -> {work_dir} (log {log_path})", flush=True)
+    t0 = time.perf_counter()
+    with open(log_path, "w") as log:
+        rc = subprocess.run([sys.executable, "main.py", str(yaml_path)], cwd=code, env=env, stdout=log,
+                            stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t0
+    if rc != 0 or not ckpt.is_file():
+        fail(f"their main.py failed for seed {cfg['seed']} (exit {rc}); see {log_path}")
+    meta = {"seed": cfg["seed"], "steps": cfg["train_steps"], "wall_s": wall,
+            "updates_per_s": cfg["train_steps"] / wall, "checkpoint": str(ckpt)}
+    meta_path.write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+class Published:
+    """Their environment, dataset and one restored agent per seed, built the way their main.py builds them."""
+
+    def __init__(self, code: Path, cfgs: dict[int, dict]):
+        import random
+
+        import numpy as np
+        from agents import agents
+        from ml_collections import FrozenConfigDict
+        from utils.datasets import Dataset, GCDataset, HGCDataset
+        from utils.env_utils import make_env_and_datasets
+        from utils.flax_utils import restore_agent
+
+        self.agents, self.cfgs = {}, {}
+        for seed, raw in cfgs.items():
+            raw = json.loads(json.dumps(raw))
+            agent_mod = __import__(f"agents.{raw['agent']['agent_name']}", fromlist=["get_config"])
+            for k, v in agent_mod.get_config().items():
+                raw["agent"].setdefault(k, v)
+            cfg = FrozenConfigDict(raw)
+            config = cfg.agent
+            if not hasattr(self, "env"):
+                env, train, _ = make_env_and_datasets(cfg.env_name, cfg.data_ratio, frame_stack=config["frame_stack"])
+                cls = {"GCDataset": GCDataset, "HGCDataset": HGCDataset}[config["dataset_class"]]
+                self.env, self.train = env, cls(Dataset.create(**train), config)
+            random.seed(seed)
+            np.random.seed(seed)
+            example = self.train.sample(1)
+            agent = agents[config["agent_name"]].create(seed, example["observations"], example["actions"], config)
+            self.agents[seed] = restore_agent(agent, cfg.working_dir, cfg.train_steps)
+            self.cfgs[seed] = cfg
+
+    def episode(self, seed: int, task: int, ep: int) -> dict:
+        """One episode of their evaluate() (fine-tuning included), seeded for pairing across variants."""
+        import random
+
+        import numpy as np
+        from utils.evaluation import evaluate
+
+        cfg = self.cfgs[seed]
+        reset_seed = 10000 * seed + 100 * task + ep
+        self.env.reset(seed=reset_seed)
+        self.env.action_space.seed(reset_seed)
+        random.seed(reset_seed)
+        np.random.seed(reset_seed)
+        t0 = time.perf_counter()
+        _, trajs, _ = evaluate(
+            agent=self.agents[seed], env=self.env, task_id=task, config=cfg.agent, finetune_config=cfg.finetune,
+            num_eval_episodes=1, num_video_episodes=0, train_dataset=self.train, video_frame_skip=cfg.video_frame_skip,
+            eval_temperature=cfg.eval_temperature, eval_gaussian=cfg.eval_gaussian, exp_name="ttt-published",
+        )
+        wall = time.perf_counter() - t0
+        traj = trajs[0]
+        return {"seed": seed, "task": task, "episode": ep, "success": float(traj["info"][-1]["success"]),
+                "steps": len(traj["action"]), "wall_s": wall, "reset_seed": reset_seed}
+
+
+def write_record(path: Path, args, variant: str, cfg: dict, done: list[dict], pre: list[dict]) -> dict:
+    """The row's record: the largest finished (seeds, tasks, k) block as `success`, every episode in `episodes_run`."""
+    import numpy as np
+
+    key = {(d["seed"], d["task"], d["episode"]): d for d in done}
+    k = 0
+    while all((s, t, k) in key for s in args.seeds for t in args.tasks) and k < args.episodes:
+        k += 1
+    succ = [[[key[(s, t, e)]["success"] for e in range(k)] for t in args.tasks] for s in args.seeds]
+    steps = [[[key[(s, t, e)]["steps"] for e in range(k)] for t in args.tasks] for s in args.seeds]
+    per_seed = np.asarray(succ, float).reshape(len(args.seeds), -1).mean(1) if k else np.zeros(0)
+    n = len(per_seed)
+    se = float(per_seed.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan")
+    walls = [d["wall_s"] for d in done]
+    rec = {
+        "source": "published",
+        "code": f"github.com/{REPO}",
+        "revision": REVISION,
+        "label": LABEL[variant],
+        "dataset": args.dataset,
+        "agent": "gciql",
+        "variant": variant,
+        "step": args.steps,
+        "profile": "cpu-equivalent: 256x2 MLPs, batch 256",
+        "seeds": args.seeds,
+        "tasks": args.tasks,
+        "episodes": k,
+        "episodes_asked": args.episodes,
+        "n_episodes": len(args.seeds) * len(args.tasks) * k,
+        "complete": k == args.episodes,
+        "success": succ,
+        "steps": steps,
+        "per_seed": per_seed.tolist(),
+        "mean": float(per_seed.mean()) if n else None,
+        "se": se if n > 1 else None,
+        "se_note": "s.e. over training seeds (std ddof=1 / sqrt(seeds)) of each seed's success rate",
+        "mean_episodes_run": float(np.mean([d["success"] for d in done])) if done else None,
+        "wall_s_per_episode": float(np.mean(walls)) if walls else None,
+        "wall_s_per_episode_max": float(np.max(walls)) if walls else None,
+        "episodes_run": sorted(done, key=lambda d: (d["episode"], d["seed"], d["task"])),
+        "pretrain": pre,
+        "agent_config": cfg["agent"],
+        "finetune_config": cfg["finetune"] if variant != "base" else {"num_steps": 0, "lr": 0.0},
+        "command": args.command,
+        "machine": args.machine,
+        "load_avg_1m": os.getloadavg()[0],  # when the record was written: the machine may be shared
+        "written": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1, default=float) + "\n")
+    tmp.replace(path)
+    return rec
+
+
+def ints(s: str) -> list[int]:
+    try:
+        out = []
+        for part in s.split(","):
+            a, _, b = part.partition("-")
+            out += list(range(int(a), int(b) + 1)) if b else [int(a)]
+        return out
+    except ValueError:
+        fail(f"'{s}' is not a list of integers (e.g. 0,1 or 1-5)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--code", type=Path, required=True, help="the authors' meta-gc-rl checkout (patched)")
+    p.add_argument("--work", type=Path, required=True, help="checkpoints, per-episode logs (outside the repository)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the row records go")
+    p.add_argument("--dataset", required=True, help="e.g. pointmaze-medium-navigate-v0")
+    p.add_argument("--seeds", type=ints, default=[0, 1])
+    p.add_argument("--steps", type=int, default=10_000, help="pre-training updates")
+    p.add_argument("--tasks", type=ints, default=[1, 2, 3, 4, 5])
+    p.add_argument("--episodes", type=int, default=3, help="episodes per task and seed")
+    p.add_argument("--variants", default="base,ttt", help=f"comma-separated, of {', '.join(VARIANTS)}")
+    p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
+    p.add_argument("--num-steps", type=int, default=100, help="fine-tuning updates per round (N)")
+    p.add_argument("--replan", type=int, default=100, help="steps between re-selections with the critic rule (K)")
+    p.add_argument("--data-dir", type=Path, default=Path("~/.ogbench/data").expanduser())
+    p.add_argument("--machine", default=f"{platform.node()}, {os.cpu_count()} CPUs, CPU jax")
+    p.add_argument("--record-only", action="store_true",
+                   help="rewrite the records from the finished episodes' logs, run nothing (e.g. after a stop)")
+    args = p.parse_args()
+    variants = [v for v in args.variants.split(",") if v]
+    bad = [v for v in variants if v not in VARIANTS]
+    if bad or not variants:
+        fail(f"unknown variant(s) {', '.join(bad) or '(none)'}; valid: {', '.join(VARIANTS)}")
+    if args.steps < 1 or args.episodes < 1:
+        fail("--steps and --episodes must be >= 1")
+    if any(t not in range(1, 6) for t in args.tasks):
+        fail(f"tasks {args.tasks}: valid task ids are 1-5")
+    family(args.dataset)
+    args.code = args.code.resolve()
+    args.command = ("benchmarks/published/run.sh " + " ".join(
+        f"--{k} {v}" for k, v in (("dataset", args.dataset), ("seeds", ",".join(map(str, args.seeds))),
+                                  ("steps", args.steps), ("tasks", ",".join(map(str, args.tasks))),
+                                  ("episodes", args.episodes), ("variants", args.variants))))
+    check_setup(args.code, args.dataset, args.data_dir)
+    os.chdir(args.code)
+    sys.path.insert(0, str(args.code))
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    import wandb
+
+    wandb.init(mode="disabled")  # their evaluate() logs plots to wandb
+
+    run_dir = args.work / args.dataset / f"gciql-{args.steps}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pre = []
+    for seed in args.seeds:
+        if args.record_only:
+            meta = run_dir / f"seed{seed}" / "pretrain.json"
+            pre.append(json.loads(meta.read_text()) if meta.is_file() else {"seed": seed, "missing": True})
+            continue
+        cfg = make_cfg(args.code, args.dataset, seed, args.steps, run_dir / f"seed{seed}", "base", args.lr,
+                       args.num_steps, args.replan)
+        pre.append(pretrain(args.code, cfg, run_dir / f"pretrain-seed{seed}.log"))
+
+    for variant in variants:
+        cfgs = {s: make_cfg(args.code, args.dataset, s, args.steps, run_dir / f"seed{s}", variant, args.lr,
+                            args.num_steps, args.replan) for s in args.seeds}
+        log = run_dir / f"{variant}.jsonl"
+        done = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+        done = [d for d in done if d["seed"] in args.seeds and d["task"] in args.tasks and d["episode"] < args.episodes]
+        have = {(d["seed"], d["task"], d["episode"]) for d in done}
+        rec_path = args.out / f"{args.dataset}__gciql__{variant}__{args.steps}.json"
+        todo = [(s, t, e) for e in range(args.episodes) for s in args.seeds for t in args.tasks
+                if (s, t, e) not in have]
+        if not todo or args.record_only:
+            rec = write_record(rec_path, args, variant, cfgs[args.seeds[0]], done, pre)
+            print(f"{variant}: {rec['n_episodes']} of {len(args.seeds) * len(args.tasks) * args.episodes} episodes in "
+                  f"the block ({len(done)} run), mean {rec['mean']}, s.e. {rec['se']} -> {rec_path}", flush=True)
+            continue
+        pub = Published(args.code, cfgs)
+        for s, t, e in todo:
+            d = pub.episode(s, t, e)
+            with open(log, "a") as f:
+                f.write(json.dumps(d) + "\n")
+            done.append(d)
+            rec = write_record(rec_path, args, variant, cfgs[args.seeds[0]], done, pre)
+            print(f"{variant} seed {s} task {t} ep {e}: success {d['success']:.0f} in {d['steps']} steps, "
+                  f"{d['wall_s']:.1f} s; {rec['mean_episodes_run']:.3f} over {len(done)} episodes", flush=True)
+        print(f"{variant}: {rec['mean']} +- {rec['se']} ({rec['n_episodes']} episodes, "
+              f"{rec['wall_s_per_episode']:.1f} s per episode) -> {rec_path}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
