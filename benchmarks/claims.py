@@ -172,6 +172,7 @@ def _merge_commands(a: str, b: str) -> str:
 SS, SS150, LC, AB, TR = "selection-study/evals", "selection-study-150/evals", "learning-curves/evals", \
     "ablations-cpu/evals", "ttt"  # fmt: skip
 CPU = "cpu, 10k"
+LEADS, T1 = "gciql-leads/evals", "table1/evals"
 GPU = "cpu profile, H100"
 
 
@@ -473,6 +474,28 @@ def claims() -> list[Claim]:
               Row(f"{LC}/gciql-stitch-steps100000-variantttt-mc", label="critic-free"), expect="none",
               partly="the paper gives no critic-free row on play data; ours loses task 2 (0.40 -> 0.03); the seeds "
                      "agree so closely that the per-seed s.e. is small (p 0.14 over the 150 paired episodes)"),
+        # Issue 37: why GC-IQL gains nothing. One fine-tuning lead per row on the same checkpoints and episodes
+        # (pipelines/gciql-leads.toml, 30-episode screens, cpu profile, 10k, this CPU).
+        Claim("1 (GC-IQL, the BC weight at fine-tuning)", f"GC-IQL, navigate, critic (rule episodes), lr 3e-4 N 100 K "
+              f"100, alpha 3.0 at fine-tuning (pre-training: 0.003); {CPU}", "0.50 -> 0.60 (tuned)",
+              Row(f"{LEADS}/nav-base", label="base"), Row(f"{LEADS}/nav-ttt-alpha3", label="GC-TTT, alpha 3")),
+        Claim("1 (GC-IQL, the BC weight at fine-tuning)", f"GC-IQL, navigate, critic (rule episodes): fine-tuning with "
+              f"the checkpoint's alpha 0.003 vs alpha 3.0; {CPU}", "(the paper keeps the backbone's loss)",
+              Row(f"{LEADS}/nav-ttt", label="alpha 0.003"), Row(f"{LEADS}/nav-ttt-alpha3", label="alpha 3")),
+        Claim("1 (GC-IQL, the BC weight at fine-tuning)", f"GC-IQL, stitch, critic (rule episodes), lr 3e-4 N 100 K "
+              f"100, alpha 3.0 at fine-tuning (pre-training: 0.003); {CPU}", "0.21 -> 0.38 (tuned)",
+              Row(f"{LEADS}/stitch-base", label="base"), Row(f"{LEADS}/stitch-ttt-alpha3", label="GC-TTT, alpha 3")),
+        # Issue 37: the paper's Table 1 on antmaze-medium (pipelines/table1.toml, 30-episode screens first).
+        *[Claim(f"Table 1 antmaze ({label})", f"{label}, antmaze-medium {data}, critic (rule episodes), the paper's "
+                f"tuned lr / N / K; cpu profile", paper, Row(f"{T1}/{agent}-base-{data}", label="base"),
+                Row(f"{T1}/{agent}-ttt-{data}", label="GC-TTT"), expect=expect)
+          for agent, label, data, paper, expect in (
+              ("gciql", "GC-IQL", "stitch", "0.24 -> 0.68", "gain"),
+              ("gciql", "GC-IQL", "navigate", "0.64 -> 0.85", "gain"),
+              ("gcbc", "GC-BC", "stitch", "0.47 -> 0.76", "gain"),
+              ("gcbc", "GC-BC", "navigate", "0.29 -> 0.48", "gain"),
+              ("saw", "SAW", "stitch", "0.98 -> 0.97", "none"),
+              ("saw", "SAW", "navigate", "0.97 -> 0.97", "none"))],
     ]
 
 
