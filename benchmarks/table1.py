@@ -25,7 +25,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims import RES, Row, load, welch  # noqa: E402
 
-LC, T1, PM = "learning-curves/evals", "table1/evals", "paper-main/evals"
+LC, T1, PM, LEADS = "learning-curves/evals", "table1/evals", "paper-main/evals", "gciql-leads/evals"
+
+
+def _pub(env: str, data: str, steps: int) -> str:
+    """The glob of the published code's GC-IQL records for one dataset and pre-training length."""
+    return f"published/{env}-{data}-v0__gciql__*__{steps}.json"
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,16 @@ def lines() -> list[Line]:
             p = f"{LC}/{agent}-{short}-steps100000-variant"
             out.append(Line("pointmaze-medium", data, label, "100k", Row(p + "base"), Row(p + "ttt"),
                             Row(p + "ttt-mc") if data == "navigate" else None, paper,
-                            published=f"published/gciql-pointmaze-medium-{data}-*.json" if agent == "gciql" else None))
+                            published=_pub("pointmaze-medium", data, 100000) if agent == "gciql" else None))
+    for data, short, paper in (("navigate", "nav", (0.50, 0.03, 0.60, 0.00)), ("stitch", "stitch",
+                                                                              (0.21, 0.04, 0.38, 0.05))):
+        p = f"{LEADS}/{short}-"
+        out.append(Line("pointmaze-medium", data, "GC-IQL", "10k", Row(p + "base"), Row(p + "ttt"),
+                        Row(p + "ttt-mc") if data == "navigate" else None, paper,
+                        published=_pub("pointmaze-medium", data, 10000)))
+        out.append(Line("pointmaze-medium", data, "GC-IQL, alpha 3 at fine-tuning", "10k", Row(p + "base"),
+                        Row(p + "ttt-alpha3"), Row(p + "ttt-mc-alpha3") if data == "navigate" else None, paper,
+                        note="not the paper's loss"))
     for data, paper in (("navigate", (0.96, 0.01, 0.99, 0.01)), ("stitch", (0.84, 0.03, 0.97, 0.01))):
         p = f"{PM}/saw-"
         out.append(Line("pointmaze-medium", data, "SAW", "10k", Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"),
@@ -66,7 +80,7 @@ def lines() -> list[Line]:
             p = f"{T1}/{agent}-"
             out.append(Line("antmaze-medium", data, label, "100k", Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"),
                             Row(f"{p}ttt-mc-{data}") if data == "navigate" else None, paper,
-                            published=f"published/gciql-antmaze-medium-{data}-*.json" if agent == "gciql" else None))
+                            published=_pub("antmaze-medium", data, 100000) if agent == "gciql" else None))
     return out
 
 
@@ -82,7 +96,8 @@ def _se(x: dict) -> float:
 
 
 def published(pattern: str | None) -> str:
-    """The published code's base -> critic on our data, from its records (`mean`, `se`, `variant`), if run."""
+    """The published code's base -> critic on our data, from its records (benchmarks/published/: `variant`, `mean`,
+    `se`, `n_episodes`, `complete`, `wall_s_per_episode`), if run."""
     if pattern is None:
         return "-"
     rows = {}
@@ -91,9 +106,17 @@ def published(pattern: str | None) -> str:
         rows[d.get("variant", p.stem)] = d
     if not rows:
         return "not run"
-    cell = lambda v: f"{rows[v]['mean']:.2f} +- {rows[v]['se']:.2f}" if v in rows else "?"  # noqa: E731
-    n = next(iter(rows.values())).get("n_episodes", "?")
-    return f"{cell('base')} -> {cell('ttt')} ({n} ep.)"
+    def cell(v: str) -> str:
+        d = rows.get(v)
+        if d is None:
+            return "not run"
+        if not d.get("complete", True) or d.get("mean") is None:
+            asked = d.get("episodes_asked", 0) * len(d.get("seeds", [])) * len(d.get("tasks", []))
+            done = len(d.get("episodes_run", []))
+            return f"incomplete: {done} of {asked} episodes run, {d.get('mean_episodes_run', float('nan')):.2f}"
+        return f"{d['mean']:.2f} +- {d['se']:.2f} ({d['n_episodes']} ep., {d['wall_s_per_episode']:.0f} s/ep.)"
+
+    return f"{cell('base')} -> {cell('ttt')}"
 
 
 def verdict(line: Line, base: dict | None, critic: dict | None) -> str:
