@@ -59,7 +59,9 @@ def make_env(env_id: str, backend: str = "mujoco") -> Env:
     if env_id in HOST_ONLY_ENVS:
         raise ValueError(f"{env_id} has no in-program env ({HOST_ONLY_ENVS[env_id]}); use the host driver")
     if env_id not in JAX_ENVS:
-        raise ValueError(f"unknown env id '{env_id}'; valid ids: {', '.join(JAX_ENVS)}")
+        from ttt.errors import TttError
+
+        raise TttError(f"unknown env id '{env_id}'; valid ids: {', '.join(JAX_ENVS)}")
     return PointMaze(env_id, backend)
 
 
