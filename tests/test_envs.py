@@ -14,6 +14,7 @@ import pytest
 
 from ttt.envs import HOST_ONLY_ENVS, JAX_ENVS, PointMaze, has_jax_env, impose_start_goal, make_env
 from ttt.envs.pointmaze import _make_gym_env
+from ttt.errors import TttError
 
 ENV_ID = "pointmaze-medium-v0"
 TASKS = (1, 2, 3, 4, 5)
@@ -246,14 +247,14 @@ def test_make_env_errors():
     assert has_jax_env(ENV_ID) and has_jax_env(TELEPORT_ID) and not has_jax_env("cube-single-v0")
     mazes = ("medium", "large", "giant", "teleport")
     assert set(HOST_ONLY_ENVS) == {"cube-single-v0", *(f"antmaze-{m}-v0" for m in mazes)}
-    with pytest.raises(ValueError, match="valid ids: pointmaze-medium-v0, pointmaze-large-v0") as e:
+    with pytest.raises(TttError, match="valid ids: pointmaze-medium-v0, pointmaze-large-v0") as e:
         make_env("pointmaze-huge-v0")
     assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="host driver"):
+    with pytest.raises(TttError, match="host driver"):
         make_env("cube-single-v0")
-    with pytest.raises(ValueError, match="antmaze-medium-v0 has no in-program env .*slower than C MuJoCo.*host driver"):
+    with pytest.raises(TttError, match="antmaze-medium-v0 has no in-program env .*slower than C MuJoCo.*host driver"):
         make_env("antmaze-medium-v0")
-    with pytest.raises(ValueError, match="valid backends: mujoco, mjx"):
+    with pytest.raises(TttError, match="valid backends: mujoco, mjx"):
         make_env(ENV_ID, backend="brax")
 
 

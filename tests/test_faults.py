@@ -428,3 +428,59 @@ def test_quickstart_draws_every_gcttt_row_and_a_later_task_fills_the_missing_out
     artifacts.save_selection_figure(run, None, None, None, res([0, 1]), path, task=2)  # task 2: the success
     artifacts.save_selection_figure(run, None, None, None, res([1, 0]), path, task=3)  # both there: nothing
     assert calls == [(1, "row.failure.npz"), (2, "row.success.npz")]
+
+
+# ------------------------------------------------------------------------ what the probe (benchmarks/probe.py) found
+
+
+@pytest.mark.parametrize("kind, needle", [("list", "must be a JSON object"), ("step", "'step' must be int"),
+                                          ("nan", "'seeds' must be int"), ("escape", "'state_file' must be a state-"),
+                                          ("config", "'config' is not a valid gcbc config")])  # fmt: skip
+def test_hostile_checkpoint_metadata_is_named(tiny, tmp_path, capsys, kind, needle):
+    import shutil
+
+    ck = tmp_path / "ck"
+    shutil.copytree(tiny / "ck", ck)
+    meta = json.loads((ck / "meta.json").read_text())
+    text = {"list": "[1, 2]", "step": json.dumps({**meta, "step": "four"}),
+            "nan": json.dumps(meta).replace('"seeds": 2', '"seeds": NaN'),
+            "escape": json.dumps({**meta, "state_file": "../../../etc/passwd"}),
+            "config": json.dumps({**meta, "config": {**meta["config"], "actor_hidden_dims": "abc"}})}[kind]  # fmt: skip
+    (ck / "meta.json").write_text(text)
+    rc, out, err = run(["eval", str(ck), "--dir", str(tiny / "data"), "--episodes", "1", "--tasks", "1"], capsys)
+    assert rc == 2 and needle in one_line_error(err) and "success" not in out
+
+
+def test_non_finite_and_out_of_range_inputs_are_refused(tiny, loaded, tmp_path, capsys):
+    setup, agents, data, env = loaded
+    for bad in (dict(lr=float("inf")), dict(eps=float("inf"))):
+        with pytest.raises(ttt.TttError, match=r"must be a finite number > 0, got inf"):
+            ttt.load_run(tiny / "ck", data_dir=tiny / "data", variant="ttt-mc", **bad)
+    with pytest.raises(ttt.TttError, match=r"^seed \(the evaluation seed\) must be an int in \[0, 2\^63\)"):
+        evaluate(setup, agents, data, episodes=1, tasks=(1,), env=env, seed=-1)
+    with pytest.raises(ttt.TttError, match=r"^tasks must be whole task ids"):
+        evaluate(setup, agents, data, episodes=1, tasks=[1.5], env=env)
+    agent = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, agents)
+    with pytest.raises(ttt.TttError, match=r"^key must be one typed PRNG key"):
+        ttt.run_episode(setup, agent, data, env, data.goals[0], data.goals[5], key=jax.random.PRNGKey(0))
+    with pytest.raises(ttt.TttError, match=r"^unknown env id 'nope'"):
+        ttt.make_env("nope")
+    (tmp_path / "inf.toml").write_text('name = "i"\n[[run]]\nvariant = "ttt-mc"\nlr = inf\n')
+    rc, _, err = run(["run", str(tmp_path / "inf.toml"), "--dry-run"], capsys)
+    assert rc == 2 and "lr must be a finite number" in one_line_error(err)
+    (tmp_path / "big.toml").write_text('name = "b"\n[[run]]\nepisodes = 100000000000000000000\n')
+    rc, _, err = run(["run", str(tmp_path / "big.toml"), "--dry-run"], capsys)
+    assert rc == 2 and "of memory" in one_line_error(err)
+    rc, _, err = run(["run", "quickstart", "--stages", "foo", "--dry-run"], capsys)
+    assert rc == 2 and "--stages: unknown stage(s) foo" in one_line_error(err)
+    base = pretrain_argv(NAV, 2, tmp_path / "p", tiny / "data")
+    for flag, value, needle in (("--steps", str(2**70), "--steps must be at most"),
+                                ("--seeds", str(10**9), "of memory")):  # fmt: skip
+        argv = list(base)
+        argv[argv.index(flag) + 1] = value
+        rc, _, err = run(argv, capsys)
+        assert rc == 2 and needle in one_line_error(err), err
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "results.json").write_text('{"rows": 3, "records": "x"}')
+    rc, _, err = run(["report", str(tmp_path / "res")], capsys)
+    assert rc == 2 and "not a ttt results file" in one_line_error(err)

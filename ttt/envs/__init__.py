@@ -54,13 +54,14 @@ def has_jax_env(env_id: str) -> bool:
 
 def make_env(env_id: str, backend: str = "mujoco") -> Env:
     """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or 'mjx')."""
-    from ttt.envs.pointmaze import PointMaze
+    from ttt.envs.pointmaze import BACKENDS, PointMaze
+    from ttt.errors import TttError
 
     if env_id in HOST_ONLY_ENVS:
-        raise ValueError(f"{env_id} has no in-program env ({HOST_ONLY_ENVS[env_id]}); use the host driver")
+        raise TttError(f"{env_id} has no in-program env ({HOST_ONLY_ENVS[env_id]}); use the host driver")
+    if backend not in BACKENDS:
+        raise TttError(f"unknown backend '{backend}'; valid backends: {', '.join(BACKENDS)}")
     if env_id not in JAX_ENVS:
-        from ttt.errors import TttError
-
         raise TttError(f"unknown env id '{env_id}'; valid ids: {', '.join(JAX_ENVS)}")
     return PointMaze(env_id, backend)
 

@@ -123,10 +123,9 @@ def load_results(run_dir: str | Path) -> dict:
     except (ValueError, KeyError, TypeError):
         raise TttError(f"{p}: not a ttt results file (expected keys rows, records)") from None
     recs = doc["records"]
-    if not isinstance(recs, list) or not all(isinstance(r, dict) and isinstance(r.get("run"), dict)
-                                             and isinstance(r.get("success"), list) for r in recs):  # fmt: skip
+    if not isinstance(recs, list) or not all(isinstance(r, dict) and isinstance(r.get("run"), dict) for r in recs):
         raise TttError(f"{p}: not a ttt results file (records must be a list of evaluation records, each with its "
-                       "run and success); rebuild it with `ttt report DIR --from-evals`")  # fmt: skip
+                       "run); rebuild it with `ttt report DIR --from-evals`")  # fmt: skip
     return doc
 
 
