@@ -434,7 +434,8 @@ def test_quickstart_draws_every_gcttt_row_and_a_later_task_fills_the_missing_out
 
 
 @pytest.mark.parametrize("kind, needle", [("list", "must be a JSON object"), ("step", "'step' must be int"),
-                                          ("nan", "'seeds' must be int"), ("escape", "'state_file' must be a state-"),
+                                          ("nan", "'seeds' must be int"),
+                                          ("escape", "'state_file' must be a file name"),
                                           ("config", "'config' is not a valid gcbc config")])  # fmt: skip
 def test_hostile_checkpoint_metadata_is_named(tiny, tmp_path, capsys, kind, needle):
     import shutil

@@ -211,9 +211,9 @@ def _check_meta_types(meta: dict, path: Path) -> None:
     if meta.get("step", 0) < 0:
         raise TttError(f"{path}: checkpoint metadata 'step' must be >= 0, got {meta['step']}")
     name = meta["state_file"]
-    if Path(name).name != name or not name.startswith("state-") or not name.endswith(".eqx"):
-        raise TttError(f"{path}: checkpoint metadata 'state_file' must be a state-<step>.eqx file in the checkpoint "
-                       f"folder, got {name!r}")  # fmt: skip
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise TttError(f"{path}: checkpoint metadata 'state_file' must be a file name in the checkpoint folder (a "
+                       f"state-<step>.eqx), got {name!r}")  # fmt: skip
 
 
 def backbone_config(meta: dict):

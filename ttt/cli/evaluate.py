@@ -100,6 +100,11 @@ def eval_cmd(
     reuse_adam,
 ):
     """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
+    if not json_out:  # first: a signal at any moment of this command must not promise a resume
+        from ttt.cli.common import interrupt_note
+
+        interrupt_note("nothing is saved: ttt eval keeps its results only with --json FILE (a rerun with the same "
+                       "--json resumes at the first unfinished variant)")  # fmt: skip
 
     from ttt.data.files import load
     from ttt.data.specs import get_spec
@@ -148,11 +153,6 @@ def eval_cmd(
         from ttt.storage import writable_file
 
         writable_file(json_out, "--json")
-    else:
-        from ttt.cli.common import interrupt_note
-
-        interrupt_note("nothing is saved: ttt eval keeps its results only with --json FILE (a rerun with the same "
-                       "--json resumes at the first unfinished variant)")  # fmt: skip
     from ttt.pretrain import backbone_config
     from ttt.setups import make_setup
 
