@@ -62,7 +62,7 @@ grid = { N = [10, 20], lr = [1e-3, 3] }
         ("[[run]]\nK = 'ten'\n", [], 'K must be an integer (TTT period: environment steps per round), got "ten"'),
         ("[[run]]\nlr = true\n", [], "lr must be a number"),
         ("[[run]]\nq = 1.5\n", [], "q must be in (0, 1] (fraction of relevant sub-trajectories kept), got 1.5"),
-        ("[[run]]\nN = -1\n", [], "N must be >= 0"),
+        ("[[run]]\nN = -1\n", [], "N must be >= 1"),
         ("[[run]]\ntasks = [0, 9]\n", [], "tasks must be distinct task ids in 1..5"),
         ("[[run]]\nagent = 'ppo'\n", [], 'agent = "ppo" is not valid; valid: gcbc, gciql, gciql-awr, saw, qrl'),
         ("[[run]]\ndataset = 'antmaze'\n", [], 'dataset = "antmaze" is not valid; valid: pointmaze-medium-navigate-v0'),

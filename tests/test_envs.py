@@ -23,6 +23,7 @@ from ttt.envs import (
     make_env,
 )
 from ttt.envs.pointmaze import _make_gym_env
+from ttt.errors import TttError
 
 ENV_ID = "pointmaze-medium-v0"
 TASKS = (1, 2, 3, 4, 5)
@@ -256,14 +257,15 @@ def test_make_env_errors():
     assert has_jax_env(ENV_ID) and has_jax_env(TELEPORT_ID) and has_jax_env("cube-single-v0")
     assert HOST_ONLY_ENVS == {} and MJX_ENVS == tuple(f"pointmaze-{m}-v0" for m in mazes)
     assert has_mjx(ENV_ID) and not has_mjx("antmaze-medium-v0") and not has_mjx("cube-single-v0")
-    with pytest.raises(ValueError, match="valid ids: pointmaze-medium-v0, pointmaze-large-v0") as e:
+    with pytest.raises(TttError, match="valid ids: pointmaze-medium-v0, pointmaze-large-v0") as e:
         make_env("pointmaze-huge-v0")
-    assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="cube-single-v0 has no MJX backend .*mesh contacts.*use backend 'mujoco'"):
+    assert "
+" not in str(e.value)
+    with pytest.raises(TttError, match="cube-single-v0 has no MJX backend .*mesh contacts.*use backend 'mujoco'"):
         make_env("cube-single-v0", backend="mjx")
-    with pytest.raises(ValueError, match="antmaze-medium-v0 has no MJX backend .*slower than C MuJoCo"):
+    with pytest.raises(TttError, match="antmaze-medium-v0 has no MJX backend .*slower than C MuJoCo"):
         make_env("antmaze-medium-v0", backend="mjx")
-    with pytest.raises(ValueError, match="valid backends: mujoco, mjx"):
+    with pytest.raises(TttError, match="valid backends: mujoco, mjx"):
         make_env(ENV_ID, backend="brax")
 
 

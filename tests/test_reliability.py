@@ -87,7 +87,7 @@ def test_eval_single_seed_writes_null_not_nan(tmp_path, trained, capsys):
     [
         (["--tasks", "1,1"], "--tasks must be distinct task ids in 1..5"),
         (["--driver", "host", "--backend", "mjx"], "--backend mjx is the physics of the compiled driver"),
-        (["--seed", "-1"], "--seed must be >= 0"),
+        (["--seed", "-1"], "--seed must be in [0, 2^63)"),
     ],
 )
 def test_eval_bad_options(trained, capsys, args, needle):
@@ -152,7 +152,7 @@ def test_non_finite_loss_names_terms_and_no_phantom_checkpoint(trained, tmp_path
 
 def test_generate_negative_seed_leaves_nothing(tmp_path, capsys):
     rc, _, err = run(["data", "generate", STITCH, "--episodes", "1", "--seed", "-1", "--dir", str(tmp_path)], capsys)
-    assert rc == 2 and "--seed must be in [0, 2^32), got -1" in one_line_error(err)
+    assert rc == 2 and "seed (--seed) must be an int in [0, 2^32), got -1" in one_line_error(err)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from ttt.data.dataset import Dataset
 from ttt.envs.oracle import UNREACHABLE, MazeOracle, bfs_hops, maze_oracle
+from ttt.errors import TttError
 from ttt.select import (
     SelectConfig,
     precompute,
@@ -179,7 +180,7 @@ def test_training_rows_paper_rule_matches_select_round():
     ],
 )
 def test_training_rows_errors(args, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(TttError, match=match):  # a user's mistake: one line (issue 39)
         training_rows(*args, EP, STATE, FAR_GOAL, goal_eps=0.5, **kwargs)
 
 

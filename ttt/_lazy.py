@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable
+from types import ModuleType
 
 
 def exports(package: str, table: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
@@ -20,7 +21,9 @@ def exports(package: str, table: dict[str, str]) -> tuple[Callable[[str], object
         setattr(sys.modules[package], name, value)
         return value
 
-    def __dir__() -> list[str]:
-        return sorted(set(vars(sys.modules[package])) | set(table))
+    def __dir__() -> list[str]:  # the public names, dunders and submodules; not the helpers the package imports
+        names = vars(sys.modules[package])
+        keep = {n for n, v in names.items() if n.startswith("__") or (isinstance(v, ModuleType) and n[0] != "_")}
+        return sorted(keep | set(table))
 
     return __getattr__, __dir__

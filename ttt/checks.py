@@ -33,8 +33,11 @@ def check_tasks(tasks: Any, num_tasks: int, env_id: str) -> tuple[int, ...]:
     """`tasks` as a tuple of distinct task ids in `1..num_tasks` (OGBench numbers its evaluation tasks from 1)."""
     try:
         ids = tuple(int(t) for t in tasks)
-    except (TypeError, ValueError):
+        exact = all(not isinstance(t, bool) and int(t) == t for t in tasks)
+    except (TypeError, ValueError, OverflowError):
         raise TttError(f"tasks must be a sequence of task ids in 1..{num_tasks}, got {tasks!r}") from None
+    if not exact:
+        raise TttError(f"tasks must be whole task ids in 1..{num_tasks}, got {tasks!r}")
     if not ids:
         raise TttError(f"tasks must hold at least one task id in 1..{num_tasks}, got {tasks!r}")
     bad = [t for t in ids if not 1 <= t <= num_tasks]

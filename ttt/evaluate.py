@@ -84,6 +84,21 @@ class EvalResult:
     def per_task(self) -> np.ndarray:
         return self.success.mean(axis=(0, 2))
 
+    def active_rounds(self, name: str) -> np.ndarray:
+        """Round metric `name` as floats with NaN in the rounds that ran after their episode had ended (where
+        `rounds[name]` holds an idle 0 for counts such as `n_rel`, `n_selected`, `n_train_rows`): plot this, not the
+        raw array, to see no false drops to zero. Shape (seeds, tasks, episodes, rounds)."""
+        return active_rounds(self.rounds or {}, name)
+
+
+def active_rounds(rounds: dict, name: str) -> np.ndarray:
+    """`rounds[name]` (any leading axes, rounds last) as floats, NaN where `rounds["active"]` is False (the
+    episode had ended before the round): e.g. `active_rounds(ttt.run_episode(...).rounds, "n_selected")`."""
+    if name not in rounds or "active" not in rounds:
+        have = ", ".join(sorted(rounds)) or "none (a result without GC-TTT rounds)"
+        raise TttError(f"active_rounds: no round metric {name!r} with an 'active' mask; the metrics: {have}")
+    return np.where(np.asarray(rounds["active"], bool), np.asarray(rounds[name], np.float64), np.nan)
+
 
 @dataclasses.dataclass(frozen=True)
 class GridResult:
@@ -462,6 +477,8 @@ def evaluate(
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
     if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
         raise TttError(f"episodes (per task and seed) must be an int >= 1, got {episodes!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**63:
+        raise TttError(f"seed (the evaluation seed) must be an int in [0, 2^63), got {seed!r}")
     from ttt.checks import check_agents, check_tasks
     from ttt.envs.oracle import has_oracle, maze_oracle
 
@@ -479,6 +496,7 @@ def evaluate(
     tasks = check_tasks(tasks, OGBENCH_TASKS if env is None else env.num_tasks, spec.env_id)
     n_seeds = check_agents(agents, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim)
     points, hps, point_values = _grid_params(setup, params, grid, base, driver)
+    check_eval_memory(setup, n_seeds * len(tasks) * episodes * len(point_values))
 
     oracle = None
     if setup.ttt is not None and has_oracle(setup.spec.env_id):
@@ -570,6 +588,20 @@ def evaluate(
                       base=results[-1] if base else None, wall_s=wall)  # fmt: skip
 
 
+def eval_bytes(setup: EvalSetup, n_episodes: int) -> int:
+    """A lower bound on the host memory the results of `n_episodes` episodes take: the observation after every step
+    of each (`EvalResult.observations`), held twice while the batches are joined."""
+    return 2 * n_episodes * setup.max_steps * setup.spec.ob_dim * 4
+
+
+def check_eval_memory(setup: EvalSetup, n_episodes: int) -> None:
+    """Refuse, before anything runs, an evaluation whose results the machine's memory cannot hold."""
+    from ttt.storage import check_memory
+
+    check_memory(eval_bytes(setup, n_episodes), f"evaluating {n_episodes} episodes ({setup.max_steps} steps each)",
+                 "ask for fewer episodes or tasks (episodes are per task and seed), or evaluate in parts")  # fmt: skip
+
+
 def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):
     """The grid's points, their stacked `HParams` (the base row last, with `base`) and every point's settings by
     name; a mistake in them is a one-line `TttError`."""
@@ -587,6 +619,16 @@ def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):
     if setup.ttt is None and named - {"temperature"}:
         raise TttError(f"params / grid: {', '.join(sorted(named - {'temperature'}))} need a GC-TTT setup (variant ttt "
                        "or ttt-mc); the base policy has only temperature")  # fmt: skip
+    if setup.ttt is not None:
+        from ttt.select import IGNORED_BY_RULE
+
+        rule = setup.ttt.select.rule_used
+        ignored = sorted(named & set(IGNORED_BY_RULE[rule]))
+        if ignored:
+            why = "" if setup.ttt.select.rule is not None else " (the default of this variant)"
+            raise TttError(f"params / grid over {', '.join(ignored)}: rule {rule!r}{why} does not read "
+                           f"{'it' if len(ignored) == 1 else 'them'}, so every point would be the same; vary a setting "
+                           "the rule reads, or choose the rule that reads it (make_setup(..., rule=...))")  # fmt: skip
     legacy = positional_slots(setup.transforms)
     if legacy and named & {"q", "eps", "mix", "noise_alpha"}:
         raise TttError(f"params / grid over {', '.join(sorted(named & {'q', 'eps', 'mix', 'noise_alpha'}))}: the "
@@ -641,7 +683,16 @@ def run_episode(setup: EvalSetup, agent, data, env, start_xy, goal_xy, *, key=No
     what = f"goal coordinates of {env.env_id} (e.g. the maze xy)"
     start = check_vector("start_xy", start_xy, env.goal_dim, what)
     goal = check_vector("goal_xy", goal_xy, env.goal_dim, what)
+    for name, xy in (("start_xy", start), ("goal_xy", goal)):
+        if not isinstance(xy, jax.core.Tracer) and not env.contains(xy):
+            where = "not finite" if not np.isfinite(np.asarray(xy)).all() else "in a wall or outside the maze"
+            cells = "; env.free_cells() lists the free cells' centres, env.sample_free(seed) draws valid positions"
+            raise TttError(f"{name} {np.asarray(xy).tolist()} is {where} of {env.env_id}: a start and a goal must be "
+                           f"finite and in the free space{cells if hasattr(env, 'free_cells') else ''}")  # fmt: skip
     key = jax.random.key(0) if key is None else key
+    if not (hasattr(key, "dtype") and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ()):
+        raise TttError(f"key must be one typed PRNG key (jax.random.key(seed)), got {getattr(key, 'dtype', type(key))} "
+                       f"of shape {np.shape(key)}; a raw uint32 jax.random.PRNGKey is not accepted")  # fmt: skip
     oracle = maze_oracle(spec.env_id) if setup.ttt is not None and has_oracle(spec.env_id) else None
     stack = lambda tree: jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, tree)  # noqa: E731
     _, hp = setup_hparams(setup)

@@ -184,17 +184,53 @@ def read_meta(out: str | os.PathLike) -> dict:
         meta = json.loads(path.read_text())
     except ValueError as e:
         raise TttError(f"{path}: unreadable checkpoint metadata: {e}") from None
+    if not isinstance(meta, dict):
+        raise TttError(f"{path}: checkpoint metadata must be a JSON object, got {type(meta).__name__}")
     for k in ("agent", "backbone", "config", "dataset", "dataset_hash", "obs_dim", "action_dim", "seeds", "state_file"):
         if k not in meta:
             raise TttError(f"{path}: checkpoint metadata lacks '{k}'")
+    _check_meta_types(meta, path)
     return meta
+
+
+_META_TYPES = {"agent": str, "backbone": str, "config": dict, "dataset": str, "dataset_hash": str, "obs_dim": int,
+               "action_dim": int, "seeds": int, "state_file": str, "step": int, "sampler": dict}  # fmt: skip
+
+
+def _check_meta_types(meta: dict, path: Path) -> None:
+    """Types and ranges of the metadata a checkpoint is rebuilt from (a hand-edited or hostile meta.json is named,
+    not followed): counts are positive integers, the state file a plain name inside the checkpoint folder."""
+    for k, kind in _META_TYPES.items():
+        v = meta.get(k)
+        if k in meta and (not isinstance(v, kind) or isinstance(v, bool)):
+            raise TttError(f"{path}: checkpoint metadata '{k}' must be {kind.__name__}, got {json.dumps(v)}; the "
+                           "file was altered: pre-train the checkpoint again")  # fmt: skip
+    for k in ("obs_dim", "action_dim", "seeds"):
+        if meta[k] < 1:
+            raise TttError(f"{path}: checkpoint metadata '{k}' must be >= 1, got {meta[k]}")
+    if meta.get("step", 0) < 0:
+        raise TttError(f"{path}: checkpoint metadata 'step' must be >= 0, got {meta['step']}")
+    name = meta["state_file"]
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise TttError(f"{path}: checkpoint metadata 'state_file' must be a file name in the checkpoint folder (a "
+                       f"state-<step>.eqx), got {name!r}")  # fmt: skip
 
 
 def backbone_config(meta: dict):
     """Rebuild the backbone Config saved in a checkpoint's metadata."""
     backbone = get_backbone(meta["backbone"])
     cfg = meta["config"]
-    return backbone.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.items()})
+    from ttt.presets import check_config_value
+
+    types = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
+    try:
+        unknown = sorted(set(cfg) - set(types))
+        if unknown:
+            raise TttError(f"unknown key(s) {', '.join(unknown)}")
+        return backbone.Config(**{k: check_config_value(meta["backbone"], k, types[k], v) for k, v in cfg.items()})
+    except (TypeError, ValueError, TttError) as e:
+        raise TttError(f"checkpoint metadata 'config' is not a valid {meta['backbone']} config ({e}); the file was "
+                       "altered or comes from another version: pre-train the checkpoint again") from None
 
 
 def sampler_config(meta: dict) -> SamplerConfig:
@@ -273,6 +309,9 @@ class PretrainResult:
     start_step: int = 0  # the step it resumed at (0: from scratch)
 
 
+MAX_STEPS = 2**31 - 1  # the train state's step counter is int32
+
+
 def pretrain(
     agent: str,
     dataset: str,
@@ -290,12 +329,28 @@ def pretrain(
     """Train `seeds` seeds for `steps` updates, resuming from `out` when it holds a matching checkpoint."""
     from ttt.presets import get_agent
 
-    backbone_name = get_agent(agent).backbone
+    get_agent(agent)  # an unknown agent: the valid ones are listed
     if steps < 1 or seeds < 1 or chunk_steps < 1:
         raise TttError(f"steps, seeds and chunk size must be >= 1, got {steps}, {seeds}, {chunk_steps}")
+    if steps > MAX_STEPS:
+        raise TttError(f"steps must be at most {MAX_STEPS} (the step counter is a 32-bit integer), got {steps}")
+    if not 0 <= seed < 2**63:
+        raise TttError(f"seed must be in [0, 2^63), got {seed}")
     out = Path(out)
     if out.exists() and not out.is_dir():
-        raise TttError(f"--out {out} is a file, not a directory; give a checkpoint directory (created when missing)")
+        raise TttError(f"out (--out) {out} is a file, not a directory; give a checkpoint directory (created when "
+                       "missing)")  # fmt: skip
+    from ttt.storage import locked, writable_dir
+
+    writable_dir(out, "out (--out)")
+    with locked(out / ".lock", f"the checkpoint {out}"):  # a second trainer waits, then resumes (or finds it done)
+        return _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile, progress)
+
+
+def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile, progress):
+    from ttt.presets import get_agent
+
+    backbone_name = get_agent(agent).backbone
     meta = dict(
         agent=agent,
         backbone=backbone_name,
@@ -310,6 +365,12 @@ def pretrain(
         profile=profile,
         versions=package_versions(),
     )
+    from ttt.storage import check_memory
+
+    one = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone_name, data.obs_dim, data.action_dim, cfg)
+    nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one) if hasattr(x, "dtype"))
+    check_memory(2 * seeds * nbytes, f"training {seeds} seeds (networks and optimiser state of each)",
+                 "train fewer seeds at once")  # fmt: skip
     seed_keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(seeds))
     if (out / "meta.json").exists():
         old = read_meta(out)
@@ -327,9 +388,6 @@ def pretrain(
             )
         states, _ = load_checkpoint(out, old)
     else:
-        from ttt.storage import writable_dir
-
-        writable_dir(out, "--out")
         init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys)
         states = eqx.filter_vmap(lambda k: init_state(k, backbone_name, data.obs_dim, data.action_dim, cfg))(init_keys)
     names = metric_names(backbone_name, cfg, sampler, data.obs_dim, data.action_dim)

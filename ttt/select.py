@@ -24,6 +24,7 @@ from jaxtyping import Array, Bool, Float, Int, Key, Real
 
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import sample_rows
+from ttt.errors import TttError
 from ttt.hparams import HParams, q_fraction
 from ttt.hparams import n_uniform as n_uniform  # re-exported: its home is ttt.hparams
 
@@ -36,6 +37,10 @@ RULES = ("paper", "episodes", "mc-episodes")
 # work with a short-trained critic where the paper's text does not (benchmarks/RESULTS.md); without one, the
 # paper's Monte-Carlo rule (as good on navigate, and it replans every K steps).
 DEFAULT_RULES = {"critic": "episodes", "mc": "paper", "fixed": "paper"}
+# The selection settings each rule never reads: a grid over one of them would give identical points, so grids,
+# `load_run` and `ttt eval` refuse them (docs/algorithm.md).
+IGNORED_BY_RULE = {"paper": ("n_episodes", "slack"), "episodes": ("q", "noise_alpha", "slack"),
+                   "mc-episodes": ("noise_alpha", "n_episodes")}  # fmt: skip
 _BIG = float(jnp.finfo(jnp.float32).max) / 2  # "very far": NaN or out-of-range predicted steps
 _NO_INT = 2**30  # "none" for integer per-episode scores
 _RELEVANCES = ("distance", "value")
@@ -788,14 +793,33 @@ def training_rows(
     Pure and fixed-shape: jit it with `rule` and `params` static.
     """
     if rule not in RULES:
-        raise ValueError(f"training_rows: rule must be one of {', '.join(RULES)}, got {rule!r}")
+        raise TttError(f"training_rows: rule must be one of {', '.join(RULES)}, got {rule!r}")
+    fields = [f.name for f in dataclasses.fields(SelectConfig) if f.name not in ("mode", "rule")]
     if "mode" in params or "rule" in params:
-        raise ValueError("training_rows: mode and rule follow from the `rule` argument and `values`")
+        raise TttError("training_rows: mode and rule follow from the `rule` argument and `values`; pass neither")
+    unknown = sorted(set(params) - set(fields))
+    if unknown:
+        raise TttError(f"training_rows: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
     mode = "critic" if rule == "episodes" or (rule == "paper" and values is not None) else "mc"
     if rule == "mc-episodes" and values is not None:
-        raise ValueError("training_rows: rule 'mc-episodes' is critic-free; pass values=None")
+        raise TttError("training_rows: rule 'mc-episodes' is critic-free; pass values=None")
     if rule == "episodes" and values is None:
-        raise ValueError("training_rows: rule 'episodes' needs values (V(s_j | goal) for every row)")
+        raise TttError("training_rows: rule 'episodes' needs values (V(s_j | goal) for every row)")
+    dim = data.goals.shape[-1]
+    for name, x in (("state", state), ("goal", goal)):
+        if jnp.shape(x) != (dim,):
+            raise TttError(f"training_rows: {name} must be goal coordinates like data.goals, shape ({dim},), got "
+                           f"shape {jnp.shape(x)}; pass one vector (vmap for a batch)")  # fmt: skip
+    if values is not None and jnp.shape(values) != (data.n_rows,):
+        raise TttError(f"training_rows: values must hold one value per dataset row, shape ({data.n_rows},), got "
+                       f"shape {jnp.shape(values)}")  # fmt: skip
+    if not (isinstance(goal_eps, int | float) and not isinstance(goal_eps, bool) and math.isfinite(goal_eps)
+            and goal_eps > 0):  # fmt: skip
+        raise TttError(f"training_rows: goal_eps (the success radius) must be a finite number > 0, got {goal_eps!r}")
+    try:
+        SelectConfig(rule=rule, mode=mode, **params)
+    except ValueError as e:
+        raise TttError(f"training_rows: {e}") from None
     cfg = SelectConfig(rule=rule, mode=mode, **params)
     key = jax.random.key(0) if key is None else key
     tables = precompute(data, jnp.asarray(goal, jnp.float32), values, cfg, goal_eps)

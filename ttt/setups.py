@@ -1,12 +1,16 @@
 """From a checkpoint to an evaluation: `make_setup` builds a variant's `EvalSetup` from plain settings, each checked
 against its valid range, and `load_run` loads a checkpoint with its dataset and environment in one call.
 
+    import ttt
+    from ttt.evaluate import evaluate
+
     setup, agents, data, env = ttt.load_run("runs/gcbc", data_dir="data", variant="ttt", K=100, N=50)
-    result = ttt.evaluate(setup, agents, data, episodes=10, tasks=(1, 2), env=env)
+    result = evaluate(setup, agents, data, episodes=10, tasks=(1, 2), env=env)
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -74,14 +78,15 @@ def make_setup(
 
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
-    if N < 0:
-        raise TttError(f"{label('N')} (fine-tuning steps per round) must be >= 0, got {N}")
+    if N < 1:
+        raise TttError(f"{label('N')} (fine-tuning steps per round) must be >= 1, got {N}; for no fine-tuning "
+                       "evaluate variant 'base'")  # fmt: skip
     if not 0 < q <= 1:
         raise TttError(f"{label('q')} (fraction of relevant sub-trajectories kept) must be in (0, 1], got {q}")
-    if eps is not None and not eps > 0:
-        raise TttError(f"{label('eps')} (relevance radius) must be > 0, got {eps}")
-    if not lr > 0:
-        raise TttError(f"{label('lr')} must be > 0, got {lr}")
+    if eps is not None and not (eps > 0 and math.isfinite(eps)):
+        raise TttError(f"{label('eps')} (relevance radius) must be a finite number > 0, got {eps}")
+    if not (lr > 0 and math.isfinite(lr)):
+        raise TttError(f"{label('lr')} must be a finite number > 0, got {lr}")
     if not 0 <= mix <= 1:
         raise TttError(f"{label('mix')} must be in [0, 1], got {mix}")
     if h_min < 1:
@@ -109,6 +114,12 @@ def make_setup(
         finetune_backbone_config(backbone, cfg, ttt.finetune)
     except ValueError as e:
         raise TttError(str(e)) from None
+    from ttt import select as _select
+
+    if transforms.select not in (_select.select, _select.select_ctx) and ttt.select.rule_used != "paper":
+        why = "" if rule is not None else f" (the default of variant {variant})"
+        raise TttError(f"transforms.select: a select transform of your own applies to rule 'paper' only, but this "
+                       f"setup's rule is {ttt.select.rule_used!r}{why}; pass rule='paper'")  # fmt: skip
     if variant == "ttt" and not get_backbone(backbone).has_value(cfg):
         raise TttError(f"variant ttt needs a value function, which this {backbone} agent lacks; use ttt-mc")
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms)
@@ -134,7 +145,10 @@ def load_run(
     **Returns** `setup` (`EvalSetup`, its backbone and configs read from the checkpoint), `agents` (seed-stacked:
     every array has a leading seed axis), `data` (the `Dataset`, checked against the checkpoint's data hash) and
     `env` (the in-program `Env`, or None where the environment runs on the host driver). Then
-    `ttt.evaluate(setup, agents, data, episodes=..., tasks=..., env=env)`.
+    `from ttt.evaluate import evaluate; evaluate(setup, agents, data, episodes=..., tasks=..., env=env)`.
+
+    A setting that is not one of `make_setup`'s, or that the variant's selection rule does not read (`q` under
+    rule 'episodes', ...: `ttt.select.IGNORED_BY_RULE`), raises `TttError` naming it and the valid ones.
     """
     from ttt.data.files import load
     from ttt.data.specs import get_spec
@@ -142,6 +156,7 @@ def load_run(
     from ttt.envs.gym import max_episode_steps
     from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
 
+    _check_settings(settings)
     meta = read_meta(checkpoint)
     dataset = meta["dataset"] if dataset is None else dataset
     spec = get_spec(dataset)
@@ -150,8 +165,44 @@ def load_run(
     max_steps = max_episode_steps(spec.env_id)
     setup = make_setup(variant, meta["backbone"], cfg, sampler, spec, max_steps, backend=backend, transforms=transforms,
                        **settings)  # fmt: skip
+    check_read_by_rule(setup, settings)
+    if settings.get("rule") is not None and setup.ttt is not None and setup.ttt.select.rule_used != settings["rule"]:
+        raise TttError(f"rule {settings['rule']!r} does not apply to variant {variant!r} (rule 'episodes' needs "
+                       "variant 'ttt', a critic; 'mc-episodes' needs 'ttt-mc')")  # fmt: skip
     data = load(dataset, data_dir)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(checkpoint), dataset_hash(data))
     states, _ = load_checkpoint(checkpoint, meta)
     env = make_env(spec.env_id, backend=backend) if has_jax_env(spec.env_id) else None
     return setup, states.agent, data, env
+
+
+def setting_names() -> tuple[str, ...]:
+    """The evaluation settings `make_setup` (and `load_run`) take by keyword."""
+    import inspect
+
+    kinds = inspect.signature(make_setup).parameters.values()
+    return tuple(p.name for p in kinds if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("label",))
+
+
+def _check_settings(settings: dict) -> None:
+    unknown = sorted(set(settings) - set(setting_names()))
+    if unknown:
+        raise TttError(f"load_run: unknown setting(s) {', '.join(unknown)}; valid: checkpoint, data_dir, dataset, "
+                       f"variant, {', '.join(setting_names())}")  # fmt: skip
+
+
+def check_read_by_rule(setup: EvalSetup, names, label: Callable[[str], str] = str) -> None:
+    """Refuse settings in `names` that the setup's selection rule does not read (they would silently change
+    nothing): `q` under rule 'episodes', `n_episodes` under 'paper', ... (`ttt.select.IGNORED_BY_RULE`)."""
+    from ttt.select import IGNORED_BY_RULE
+
+    if setup.ttt is None:
+        return
+    rule = setup.ttt.select.rule_used
+    ignored = [n for n in names if n in IGNORED_BY_RULE[rule]]
+    if ignored:
+        why = "" if setup.ttt.select.rule is not None else " (the default of this variant)"
+        raise TttError(f"{', '.join(label(n) for n in ignored)}: rule {rule!r}{why} does not read "
+                       f"{'it' if len(ignored) == 1 else 'them'}, so {'it' if len(ignored) == 1 else 'they'} would "
+                       f"change nothing; leave {'it' if len(ignored) == 1 else 'them'} out or choose the rule that "
+                       "reads it (rule='paper' or 'mc-episodes' read q; docs/algorithm.md)")  # fmt: skip

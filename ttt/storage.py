@@ -10,12 +10,16 @@ process is killed at. JSON is strict (`allow_nan=False`): non-finite floats are 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import math
 import os
+import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +54,18 @@ def _atomic(path: Path, write: Callable[[Any], None], mode: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
+        if disk_full(e):
+            raise TttError(no_space_message(path, None)) from None
         raise TttError(f"cannot write {path}: {e.strerror or e}") from None
+    written = 0
     try:
         with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+            try:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            finally:
+                written = os.fstat(f.fileno()).st_size
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException as e:
@@ -63,7 +73,149 @@ def _atomic(path: Path, write: Callable[[Any], None], mode: str) -> None:
             os.unlink(tmp)
         if isinstance(e, IsADirectoryError | PermissionError):
             raise TttError(f"cannot write {path}: {e.strerror}") from None
+        if disk_full(e):  # (also when a writer wraps the OSError, as equinox's serialisation does)
+            raise TttError(no_space_message(path, _size_of(write, mode, written))) from None
         raise
+
+
+class _Counter:
+    """A write-only sink that counts the bytes written to it (what a file would need)."""
+
+    def __init__(self, text: bool):
+        self.n, self.text = 0, text
+
+    def write(self, b) -> int:
+        n = len(b.encode()) if self.text else len(b)
+        self.n += n
+        return n
+
+    def tell(self) -> int:
+        return self.n
+
+    def read(self, *_):  # (NumPy's savez takes an object with `read` for a file)
+        raise OSError("write-only")
+
+    def flush(self) -> None:
+        pass
+
+
+def _size_of(write: Callable[[Any], None], mode: str, written: int) -> tuple[int, bool]:
+    """(bytes, exact): the size the file would have had, by writing it again into a counter; else at least the
+    `written` bytes that reached the disk before it was full."""
+    sink = _Counter("b" not in mode)
+    try:
+        write(sink)
+    except Exception:  # noqa: BLE001  (a writer that needs a seekable file: report what is known)
+        return written, False
+    return max(sink.n, written), True
+
+
+def disk_full(e: BaseException) -> bool:
+    """Whether `e` (or an exception it wraps) is 'no space left on device' or 'disk quota exceeded' (or NumPy's
+    errno-less short write, 'N requested and M written')."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(e, OSError) and e.errno is None and " requested and " in str(e):  # numpy's short write
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Free bytes on the file system of `path` (its nearest existing parent); None if unknown."""
+    p = Path(path).expanduser().absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def human_size(n: float | None) -> str:
+    if n is None:
+        return "an unknown amount"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} PiB"
+
+
+def no_space_message(path: Path, size: tuple[int, bool] | None) -> str:
+    """One line: the file that did not fit, the space it needs and the space free there."""
+    need = "" if size is None else f"it needs {'' if size[1] else 'more than '}{human_size(size[0])}, "
+    return (f"cannot write {path}: no space left on device ({need}{human_size(free_bytes(path.parent))} free in "
+            f"{path.parent}); free some space or write elsewhere")
+
+
+def check_free_space(directory: str | os.PathLike, nbytes: int, what: str) -> None:
+    """Refuse, before any work, `nbytes` of files in `directory` that do not fit in its free space."""
+    free = free_bytes(directory)
+    if free is not None and nbytes > free:
+        raise TttError(f"{what} needs about {human_size(nbytes)} in {directory}, which has {human_size(free)} free; "
+                       "free some space or write elsewhere")  # fmt: skip
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still use: MemAvailable (Linux), else the physical memory; None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(nbytes: int, what: str, hint: str) -> None:
+    """Refuse, before allocating, `nbytes` of arrays that the machine's available memory cannot hold; `hint` says
+    what to change."""
+    avail = available_memory()
+    if avail is not None and nbytes > avail:
+        raise TttError(f"{what} would need about {human_size(nbytes)} of memory, and this machine has "
+                       f"{human_size(avail)} available; {hint}")  # fmt: skip
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the file `path` (created when missing; kept afterwards) while the block runs, so
+    that two processes never write `what` at once: the second waits for the first (one line on stderr says so) and
+    then finds its work done. The operating system releases the lock when a process ends, however it ends."""
+    import fcntl
+
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")
+    except OSError as e:
+        if disk_full(e):
+            raise TttError(no_space_message(path, None)) from None
+        raise TttError(f"cannot write {path}: {e.strerror or e}") from None
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            print(f"waiting: another ttt process (pid {holder}) is writing {what}", file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:  # unbuffered: a failed write (a full disk) leaves nothing to flush at close
+            os.ftruncate(f.fileno(), 0)
+            os.pwrite(f.fileno(), str(os.getpid()).encode(), 0)
+        except OSError:
+            pass  # the pid is a courtesy for the waiting message; the lock holds without it
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _umask() -> int:
@@ -108,6 +260,9 @@ def writable_dir(path: str | os.PathLike, what: str) -> Path:
         with tempfile.NamedTemporaryFile(dir=path, prefix=".ttt-write-probe-"):
             pass
     except OSError as e:
+        if disk_full(e):
+            raise TttError(f"{what} {path}: no space left on device ({human_size(free_bytes(path))} free); free some "
+                           "space or give another directory") from None  # fmt: skip
         raise TttError(f"{what} {path} is not writable: {e.strerror or e}; give a writable directory") from None
     return path
 

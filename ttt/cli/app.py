@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import click
 
+from ttt.cli.common import SAVED, interrupt_note
 from ttt.cli.data import data
 from ttt.cli.evaluate import eval_cmd
 from ttt.cli.expert import expert
@@ -91,7 +92,7 @@ def _stop_on_signals() -> Callable[[], None] | None:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
-        os.write(2, f"\ninterrupted ({name}): finished work is saved; rerun the same command to resume\n".encode())
+        os.write(2, f"\ninterrupted ({name}): {interrupt_note()}\n".encode())
 
         def cleanup():  # worker processes, then the pools' and semaphores' finalizers (as at a normal exit)
             from multiprocessing import util
@@ -119,6 +120,7 @@ def _stop_on_signals() -> Callable[[], None] | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors become one line on stderr and exit status 2 (no traceback)."""
+    interrupt_note(SAVED)
     restore = _stop_on_signals()
     try:
         _init_distributed()
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"error: {e}", err=True)
         return 2
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("interrupted; finished work is kept and a rerun resumes it", err=True)
+        click.echo(f"interrupted: {interrupt_note()}", err=True)
         return 130
     except click.ClickException as e:
         e.show()

@@ -10,6 +10,17 @@ import click
 
 from ttt.errors import TttError
 
+SAVED = "finished work is saved; rerun the same command to resume"
+_interrupt = {"note": SAVED}
+
+
+def interrupt_note(note: str | None = None) -> str:
+    """What the line printed on SIGINT / SIGTERM says about the work done (`note`: set it; None: read it). A
+    command that saves nothing as it goes (`ttt eval` without `--json`) says so instead of promising a resume."""
+    if note is not None:
+        _interrupt["note"] = note
+    return _interrupt["note"]
+
 
 def human_bytes(n: int | None) -> str:
     if n is None:

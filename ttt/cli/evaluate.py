@@ -113,6 +113,11 @@ def eval_cmd(
     ft_alpha,
 ):
     """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
+    if not json_out:  # first: a signal at any moment of this command must not promise a resume
+        from ttt.cli.common import interrupt_note
+
+        interrupt_note("nothing is saved: ttt eval keeps its results only with --json FILE (a rerun with the same "
+                       "--json resumes at the first unfinished variant)")  # fmt: skip
 
     from ttt.data.files import load
     from ttt.data.specs import get_spec
@@ -146,8 +151,8 @@ def eval_cmd(
         raise TttError(f"--tasks: task {bad_tasks[0]} does not exist in {spec.env_id}; valid: 1..5")
     if len(set(task_ids)) != len(task_ids):
         raise TttError(f"--tasks must be distinct task ids in 1..5, got '{tasks}'")
-    if seed < 0:
-        raise TttError(f"--seed must be >= 0, got {seed}")
+    if not 0 <= seed < 2**63:
+        raise TttError(f"--seed must be in [0, 2^63), got {seed}")
     if driver == "auto":
         driver = "compiled" if has_jax_env(spec.env_id) else "host"
     elif driver == "compiled" and not has_jax_env(spec.env_id):
@@ -177,12 +182,16 @@ def eval_cmd(
                          **settings)
         for name in names
     }  # fmt: skip
+    _refuse_unread(setups, option)
+    from ttt.evaluate import check_eval_memory
+
+    check_eval_memory(next(iter(setups.values())), meta["seeds"] * len(task_ids) * episodes)  # before any loading
     data = load(dataset, directory)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
     states, meta = load_checkpoint(checkpoint, meta)
     import jax
 
-    from ttt.storage import atomic_write_json, read_json
+    from ttt.storage import read_json
 
     writer = bool(json_out) and jax.process_index() == 0  # one writer in a multi-process run
     doc = dict(
@@ -230,9 +239,52 @@ def eval_cmd(
         doc["variants"][name] = dict(_result_doc(res, setup), key=vkey)
         _echo_variant(name, doc["variants"][name], meta, dataset, task_ids, episodes, driver)
         if writer:  # after every variant: an interrupted evaluation keeps the finished ones
-            atomic_write_json(json_out, _flat(doc))
+            _save(json_out, _flat(doc))
     if writer:
-        atomic_write_json(json_out, _flat(doc))
+        _save(json_out, _flat(doc))
+
+
+def _save(json_out: str, doc: dict) -> None:
+    """Write the results to `json_out`; when that fails (a full disk), keep them in a file that can be written (the
+    temporary directory, else the working directory) and stop with one line naming both."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from ttt.storage import atomic_write_json
+
+    try:
+        atomic_write_json(json_out, doc)
+        return
+    except TttError as e:
+        error = str(e)
+    name = f"ttt-eval-{os.getpid()}-{Path(json_out).name}"
+    for place in (Path(tempfile.gettempdir()), Path.cwd(), Path.home()):
+        try:
+            atomic_write_json(place / name, doc)
+        except (TttError, OSError):
+            continue
+        raise TttError(f"{error}; the finished results are kept in {place / name} instead (pass it as --json to "
+                       "resume from them)")  # fmt: skip
+    raise TttError(f"{error}; no other place could hold the results either (temporary, working and home "
+                   "directories): they are lost")  # fmt: skip
+
+
+def _refuse_unread(setups: dict, option) -> None:
+    """An option given on the command line that the selection rule of every GC-TTT variant asked for ignores (e.g.
+    --q with variant ttt, whose rule 'episodes' reads no q) would change nothing: refuse it."""
+    from click.core import ParameterSource
+
+    from ttt.select import IGNORED_BY_RULE
+
+    ctx = click.get_current_context()
+    given = [n for n in ("q", "slack", "n_episodes") if ctx.get_parameter_source(n) is ParameterSource.COMMANDLINE]
+    ttt_setups = [s for s in setups.values() if s.ttt is not None]
+    for name in given:
+        if ttt_setups and all(name in IGNORED_BY_RULE[s.ttt.select.rule_used] for s in ttt_setups):
+            rules = ", ".join(sorted({f"{v}: rule {s.ttt.select.rule_used}" for v, s in setups.items() if s.ttt}))
+            raise TttError(f"{option(name)} changes nothing here: no selection rule of the variants asked for reads it "
+                           f"({rules}); leave it out, or add a variant / --rule that reads it (docs/algorithm.md)")
 
 
 def _flat(doc: dict) -> dict:

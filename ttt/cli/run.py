@@ -35,6 +35,11 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
     pipe = select_runs(full, only)
     out = out or f"runs/{pipe.name}"
     stage_list = tuple(s.strip() for s in stages.split(",") if s.strip())
+    from ttt.pipeline import STAGES
+
+    bad = [s for s in stage_list if s not in STAGES] if stage_list else ["(none)"]
+    if bad:
+        raise TttError(f"--stages: unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
     click.echo(f"pipeline {pipe.name}: {len(pipe.runs)} runs -> {out} (cache {cache_root(cache)})")
     if dry_run:
         for r in pipe.runs:

@@ -28,15 +28,17 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.presets import get_agent, get_profile, make_configs
-    from ttt.pretrain import pretrain
+    from ttt.pretrain import MAX_STEPS, pretrain
 
     get_agent(agent)
     prof = get_profile(profile)
     steps = prof.steps if steps is None else steps
     if steps < 1 or seeds < 1 or chunk < 1:
         raise TttError(f"--steps, --seeds and --chunk must be >= 1, got {steps}, {seeds}, {chunk}")
-    if seed < 0:
-        raise TttError(f"--seed must be >= 0, got {seed}")
+    if steps > MAX_STEPS:
+        raise TttError(f"--steps must be at most {MAX_STEPS} (the step counter is a 32-bit integer), got {steps}")
+    if not 0 <= seed < 2**63:
+        raise TttError(f"--seed must be in [0, 2^63), got {seed}")
     cfg, sampler = make_configs(agent, get_spec(dataset), profile, parse_json_sets(sets))
     from ttt.storage import writable_dir
 

@@ -39,13 +39,14 @@ def resolve_dir(directory: str | os.PathLike | None, create_default: bool = Fals
         elif not path.is_dir():
             raise TttError(
                 f"the default dataset directory {path} does not exist; generate a dataset first "
-                "(ttt data generate NAME) or pass --dir"
+                "(ttt data generate NAME) or name the directory that holds it (data_dir=... in Python, --dir at the "
+                "command line)"
             )
     else:
         path = Path(directory).expanduser()
         if not path.exists():
             raise TttError(
-                f"directory {path} does not exist; create it first or leave out --dir "
+                f"directory {path} does not exist; create it first or leave it out (data_dir / --dir) "
                 f"to use OGBench's default {default_dir()}"
             )
         if not path.is_dir():

@@ -34,7 +34,15 @@ from ttt.data.files import resolve_dir
 from ttt.data.specs import DatasetSpec, get_spec
 from ttt.envs.gym import make_gym_env, oracle_direction, seed_env, upside_down
 from ttt.errors import TttError
-from ttt.storage import array_digest, atomic_save_npz, atomic_write_text, writable_dir
+from ttt.storage import (
+    array_digest,
+    atomic_save_npz,
+    atomic_write_text,
+    check_free_space,
+    check_memory,
+    locked,
+    writable_dir,
+)
 
 KEYS = ("observations", "actions", "terminals", "qpos", "qvel")
 BLOCK_EPISODES = 25  # episodes per cached block (resume granularity)
@@ -239,16 +247,32 @@ def generate(
     """
     spec = get_spec(name)
     episodes = spec.episodes if episodes is None else episodes
-    if episodes < 1:
-        raise TttError(f"--episodes must be >= 1, got {episodes}")
-    if not 0 <= seed < 2**32:
-        raise TttError(f"--seed must be in [0, 2^32), got {seed}")
+    if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
+        raise TttError(f"episodes (--episodes) must be an int >= 1, got {episodes!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**32:
+        raise TttError(f"seed (--seed) must be an int in [0, 2^32), got {seed!r}")
     noise = spec.noise if noise is None else noise
-    if noise < 0:
-        raise TttError(f"--noise must be >= 0, got {noise}")
+    if not noise >= 0 or not np.isfinite(noise):
+        raise TttError(f"noise (--noise) must be a finite number >= 0, got {noise}")
+    nbytes = generation_bytes(spec, episodes)
+    check_memory(nbytes, f"{name} with {episodes} episodes",
+                 f"ask for fewer episodes (OGBench's size: {spec.episodes})")  # fmt: skip
     if directory is not None:
-        writable_dir(directory, "--dir")
+        writable_dir(directory, "the dataset directory (--dir)")
     out_dir = resolve_dir(directory, create_default=True, writable=True)
+    with locked(out_dir / f".{name}.lock", f"{name} in {out_dir}"):  # a second writer waits, then finds it done
+        return _generate(spec, episodes, seed, out_dir, workers, noise, force, progress, expert, nbytes)
+
+
+def generation_bytes(spec: DatasetSpec, episodes: int) -> int:
+    """A lower bound on the bytes of the train and val arrays of `episodes` episodes (observations, actions,
+    terminals): what generation holds in memory at the end and writes as uncompressed blocks on the way."""
+    rows = (episodes + spec.val_episodes(episodes)) * spec.episode_rows
+    return rows * ((spec.ob_dim + spec.action_dim) * 4 + 1)
+
+
+def _generate(spec, episodes, seed, out_dir, workers, noise, force, progress, expert, nbytes) -> tuple[Path, Path]:
+    name = spec.name
     train_path, val_path = out_dir / f"{name}.npz", out_dir / f"{name}-val.npz"
     existing = [p for p in (train_path, val_path) if p.exists()]
 
@@ -275,8 +299,14 @@ def generate(
         raise TttError(f"{existing[0]} already exists; pass --force to overwrite it")
     if force:  # start over: finished blocks of an earlier run are not reused either
         shutil.rmtree(cache, ignore_errors=True)
-    cache.mkdir(exist_ok=True)
-    (cache / "plan.json").write_text(json.dumps(dataclasses.asdict(plan), default=str))
+    done_bytes = sum(f.stat().st_size for f in cache.glob("split*.npz")) if cache.exists() else 0
+    check_free_space(out_dir, max(0, nbytes - done_bytes), f"generating {name} ({episodes} episodes)")
+    try:
+        atomic_write_text(cache / "plan.json", json.dumps(dataclasses.asdict(plan), default=str))
+    except BaseException:  # (a full disk): leave no empty partial folder behind
+        if not any(cache.glob("split*.npz")):
+            shutil.rmtree(cache, ignore_errors=True)
+        raise
     blocks = plan.blocks()
     total = episodes + plan.val_episodes
 

@@ -73,10 +73,15 @@ def make_env(env_id: str, backend: str = "mujoco") -> Env:
     """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or, for ``MJX_ENVS``, 'mjx')."""
     import importlib
 
+    from ttt.envs.pointmaze import BACKENDS
+    from ttt.errors import TttError
+
     if env_id not in _ENV_CLASSES:
-        raise ValueError(f"unknown env id '{env_id}'; valid ids: {', '.join(JAX_ENVS)}")
+        raise TttError(f"unknown env id '{env_id}'; valid ids: {', '.join(JAX_ENVS)}")
+    if backend not in BACKENDS:
+        raise TttError(f"unknown backend '{backend}'; valid backends: {', '.join(BACKENDS)}")
     if backend == "mjx" and env_id in NO_MJX:
-        raise ValueError(f"{env_id} has no MJX backend ({NO_MJX[env_id]}); use backend 'mujoco'")
+        raise TttError(f"{env_id} has no MJX backend ({NO_MJX[env_id]}); use backend 'mujoco'")
     module, name = _ENV_CLASSES[env_id]
     return getattr(importlib.import_module(module), name)(env_id, backend)
 

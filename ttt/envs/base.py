@@ -68,6 +68,13 @@ class Env(eqx.Module):
     def goal_coords(self, obs: Float[Array, "*batch obs"]) -> Float[Array, "*batch goal"]:
         """The coordinates of observations (or goal observations) on which success is measured."""
 
+    def contains(self, xy: ArrayLike) -> bool:
+        """Whether concrete goal coordinates `xy` are a place the agent can be (host-side; checks a user's start or
+        goal). Default: any finite point; a maze refuses walls and the outside."""
+        import numpy as np
+
+        return bool(np.isfinite(np.asarray(xy, np.float64)).all())
+
     def reset(
         self, key: PRNGKeyArray, task: Int[ArrayLike, ""]
     ) -> tuple[State, Float[Array, " obs"], Float[Array, " obs"]]:

@@ -114,6 +114,8 @@ class _MazeInfo:
     teleport_in_xy: np.ndarray | None  # (inbound, 2) inbound teleport centres, in OGBench's order; None: no teleports
     teleport_out_xy: np.ndarray | None  # (outbound, 2) outbound teleport centres (the exits)
     teleport_radius: float | None  # OGBench's ``teleport_radius`` (an agent within 1.5x of it is teleported)
+    free_xy: np.ndarray  # (cells, 2) centres of the maze's free cells (maze_map 0), row-major
+    maze_unit: float  # side of a cell
 
 
 def _make_gym_env(env_id: str, **kwargs):
@@ -155,6 +157,9 @@ def _maze_info(env_id: str) -> _MazeInfo:
         teleport_in_xy=None if tp is None else np.array(tp["teleport_in_xys"], np.float64).reshape(-1, 2),
         teleport_out_xy=None if tp is None else np.array(tp["teleport_out_xys"], np.float64).reshape(-1, 2),
         teleport_radius=None if tp is None else float(tp["teleport_radius"]),
+        free_xy=np.array([u.ij_to_xy(ij) for ij in zip(*np.nonzero(np.asarray(u.maze_map) == 0), strict=True)],
+                         np.float64),  # fmt: skip
+        maze_unit=float(u._maze_unit),
     )
     env.close()
     return info
@@ -231,6 +236,28 @@ class PointMaze(Env):
         if self.noise_goal:
             goal = goal + self.noise * jax.random.uniform(k_goal, (2,), self.goal_xy.dtype, -1.0, 1.0)
         return init, goal
+
+    def free_cells(self) -> np.ndarray:
+        """The centres (x, y) of the maze's free cells, shape (cells, 2) (host NumPy): where an agent can start and
+        a goal can be; each cell spans +-`maze_unit / 2` around its centre."""
+        return _maze_info(self.env_id).free_xy.copy()
+
+    def contains(self, xy: ArrayLike) -> bool:
+        """Whether concrete coordinates `xy` (shape (2,)) are finite and inside a free cell of the maze (not in a
+        wall, not outside the maze). Host-side, for checking a user's start or goal."""
+        xy = np.asarray(xy, np.float64)
+        if xy.shape != (2,) or not np.isfinite(xy).all():
+            return False
+        info = _maze_info(self.env_id)
+        return bool((np.abs(info.free_xy - xy).max(axis=1) <= info.maze_unit / 2).any())
+
+    def sample_free(self, seed: int | np.random.Generator, n: int = 1) -> np.ndarray:
+        """`n` positions drawn uniformly over the maze's free space (a free cell uniformly, then a point uniformly
+        in it), shape (n, 2), host NumPy: valid starts or goals for `ttt.run_episode`."""
+        rng = np.random.default_rng(seed)
+        info = _maze_info(self.env_id)
+        cells = info.free_xy[rng.integers(0, len(info.free_xy), n)]
+        return cells + rng.uniform(-info.maze_unit / 2, info.maze_unit / 2, (n, 2))
 
     @property
     def has_teleports(self) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -100,7 +101,7 @@ RUN_KEYS: dict[str, Key] = {
                  len(t) > 0 and len(set(t)) == len(t), valid="distinct task ids in 1..5"),
     "eval_seed": Key("int", 0, "evaluation seed (start/goal noise, TTT keys)", False, None, *_nonneg),
     "K": Key("int", 100, "TTT period: environment steps per round", False, None, *_pos),
-    "N": Key("int", 100, "fine-tuning steps per round", False, None, *_nonneg),
+    "N": Key("int", 100, "fine-tuning steps per round", False, None, *_pos),
     "lr": Key("float", 3e-4, "fine-tuning learning rate", False, None, *_gt0),
     "q": Key("float", 0.05, "fraction of relevant sub-trajectories kept", False, None, lambda x: 0 < x <= 1,
              "in (0, 1]"),
@@ -198,6 +199,8 @@ def check_value(key: str, v: Any, where: str) -> Any:
         raise TttError(f"{where}: {key} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got {json.dumps(v)}")
     if spec.kind == "float":
         v = float(v)
+        if not math.isfinite(v):
+            raise TttError(f"{where}: {key} must be a finite number ({spec.help}), got {v}")
     if spec.choices is not None:
         choices = spec.choices() if callable(spec.choices) else spec.choices
         if v not in choices:
@@ -290,6 +293,7 @@ def _check_combination(r: dict, where: str) -> None:
         why = " (the default of variant ttt)" if r["rule"] is None else ""
         raise TttError(f"{where}: H, noise_alpha and selection ablations apply to rule 'paper', got rule "
                        f"{rule!r}{why}; set rule = 'paper'")  # fmt: skip
+    _check_grid_read(r, rule, where)
     if r["driver"] == "compiled":
         from ttt.data.specs import get_spec
         from ttt.envs import has_jax_env
@@ -300,6 +304,23 @@ def _check_combination(r: dict, where: str) -> None:
                 f"{where}: driver = 'compiled': {env_id} has no in-program environment; use 'host' or 'auto'"
             )
     _check_backend(r, where)
+
+
+def _check_grid_read(r: dict, rule: str, where: str) -> None:
+    """A grid over a key the row never reads (a TTT setting of a base row, a selection setting its rule ignores)
+    would give identical rows under different names: refuse it."""
+    from ttt.select import IGNORED_BY_RULE
+
+    unread = [k for k in r["grid"] if k in EVAL_KEYS and k not in ("episodes", "tasks", "eval_seed", "driver",
+                                                                      "backend", "chunk")]  # fmt: skip
+    if r["variant"] != "base":
+        unread = [k for k in unread if k in IGNORED_BY_RULE[rule]]
+    if unread:
+        why = ("variant 'base' reads no TTT setting" if r["variant"] == "base" else
+               f"rule {rule!r}{' (the default of variant ttt)' if r['rule'] is None else ''} does not read "
+               f"{', '.join(unread)}")  # fmt: skip
+        raise TttError(f"{where}: grid over {', '.join(unread)}: {why}, so every grid row would be the same; drop it "
+                       "from the grid or set a rule that reads it (docs/algorithm.md)")  # fmt: skip
 
 
 def _check_backend(r: dict, where: str) -> None:

@@ -120,8 +120,12 @@ def load_results(run_dir: str | Path) -> dict:
     try:
         doc = json.loads(p.read_text())
         doc["rows"], doc["records"]  # noqa: B018
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, TypeError):
         raise TttError(f"{p}: not a ttt results file (expected keys rows, records)") from None
+    recs = doc["records"]
+    if not isinstance(recs, list) or not all(isinstance(r, dict) and isinstance(r.get("run"), dict) for r in recs):
+        raise TttError(f"{p}: not a ttt results file (records must be a list of evaluation records, each with its "
+                       "run); rebuild it with `ttt report DIR --from-evals`")  # fmt: skip
     return doc
 
 
@@ -292,6 +296,13 @@ def _plt():
     return plt
 
 
+def _savefig(fig, path: Path, dpi: int) -> None:
+    """A figure as a PNG file, written atomically (a full disk is one line naming the file)."""
+    from ttt.storage import atomic_write_bytes
+
+    atomic_write_bytes(path, lambda f: fig.savefig(f, dpi=dpi, format="png"))
+
+
 def plot_bars(rs: list[dict], path: Path, title: str) -> None:
     plt = _plt()
     datasets = list(dict.fromkeys(r["dataset"] for r in rs))
@@ -321,7 +332,7 @@ def plot_bars(rs: list[dict], path: Path, title: str) -> None:
     axes[0][0].legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -340,7 +351,7 @@ def _finish_curve(plt, fig, ax, xlabel: str, title: str, path: Path) -> None:
     ax.set_title(textwrap.fill(title, 60), fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -497,7 +508,7 @@ def plot_selection(fig_npzs: list[Path], path: Path, title: str) -> None:
         _draw_selection(ax, plt, z, "success" if float(z["success"]) else "failure")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _savefig(fig, path, dpi=120)
     plt.close(fig)
 
 

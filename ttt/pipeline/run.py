@@ -15,7 +15,7 @@ from ttt.pipeline.keys import cache_root
 from ttt.pipeline.report import rows, table_md, write_report, write_results
 from ttt.pipeline.settings import validate_run
 from ttt.pipeline.stages import BarFactory, Echo, EnvCache, ensure_checkpoint, ensure_data, evaluate_run, load_data
-from ttt.storage import atomic_write_text, dumps, read_json
+from ttt.storage import atomic_write_text, dumps, locked, read_json
 
 STAGES = ("data", "pretrain", "eval")
 
@@ -53,7 +53,6 @@ def run_pipeline(
     cache = cache_root(cache)
     if "data" in stages or "pretrain" in stages:
         writable_dir(cache, "--cache")
-    kept = _kept_records(out, pipe, all_names)
     doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
     atomic_write_text(out / "pipeline.json", dumps(doc, indent=1))
     t0 = time.perf_counter()
@@ -72,11 +71,15 @@ def run_pipeline(
         if "eval" not in stages:
             continue
         records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs, shared=cache / "evals"))
-        # After every run: an interrupted pipeline leaves its finished rows (and the other rows kept).
-        write_results(_merge(records, kept, all_names), out)
+        # After every run: an interrupted pipeline leaves its finished rows (and the other rows kept). The rows of
+        # the other runs are read when writing, under a lock: two invocations into one --out (--only A, --only B at
+        # once) keep each other's rows.
+        with locked(out / ".results.lock", f"{out / 'results.json'}"):
+            write_results(_merge(records, _kept_records(out, pipe, all_names), all_names), out)
     if "eval" in stages:
         echo(table_md(rows(records)))
-        write_report(out, echo=echo)
+        with locked(out / ".results.lock", f"{out / 'results.json'}"):
+            write_report(out, echo=echo)
     return RunOutcome(records, out, time.perf_counter() - t0)
 
 

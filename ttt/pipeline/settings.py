@@ -91,10 +91,11 @@ def validate_run(run: dict) -> None:
         cfg, _ = train_configs(run)
     except TttError as e:
         raise TttError(f"{where}: agent_config: {e}") from None
-    if run["variant"] == "base":
-        return
     spec = get_spec(run["dataset"])
     max_steps = max_episode_steps(spec.env_id)
+    _check_sizes(run, spec, max_steps, where)
+    if run["variant"] == "base":
+        return
     if not 1 <= run["K"] <= max_steps:
         raise TttError(f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}")
     backbone = get_backbone(get_agent_backbone(run["agent"]))
@@ -106,6 +107,19 @@ def validate_run(run: dict) -> None:
                        "(valid for gciql, gciql-awr, qrl)")  # fmt: skip
     if run["batch"] is not None and run["batch"] < 1:
         raise TttError(f"{where}: batch must be >= 1, got {run['batch']}")
+
+
+def _check_sizes(run: dict, spec, max_steps: int, where: str) -> None:
+    """Sizes the machine's memory cannot hold (data_episodes, episodes x tasks x seeds), refused before any stage."""
+    from ttt.data.generate import generation_bytes
+    from ttt.storage import check_memory
+
+    if run["data_episodes"] is not None:
+        check_memory(generation_bytes(spec, run["data_episodes"]), f"{where}: data_episodes = {run['data_episodes']}",
+                     f"ask for fewer (OGBench's size: {spec.episodes})")  # fmt: skip
+    n = run["seeds"] * len(run["tasks"]) * run["episodes"]
+    check_memory(2 * n * max_steps * spec.ob_dim * 4, f"{where}: episodes = {run['episodes']} ({n} episodes with "
+                 "every seed and task)", "ask for fewer episodes")  # fmt: skip
 
 
 def get_agent_backbone(agent: str) -> str:

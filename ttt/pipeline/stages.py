@@ -291,8 +291,11 @@ def evaluate_run(
                     arrays["start_xy"] = res.starts[..., :2]
                     arrays["goal_xy"] = res.goals[..., :2]
                 atomic_save_npz(f, arrays, compress=False)
-                if run["figure"] and t == run["tasks"][0] and setup.ttt is not None and "xy" in arrays:
-                    save_selection_figure(run, setup, states.agent, data, res, out / "figures" / f"{run['name']}.npz")
+                fig = out / "figures" / f"{run['name']}.npz"
+                wanted = t == run["tasks"][0] or not all(fig.with_suffix(f".{o}.npz").exists()
+                                                         for o in ("success", "failure"))  # fmt: skip
+                if run["figure"] and wanted and setup.ttt is not None and "xy" in arrays:
+                    save_selection_figure(run, setup, states.agent, data, res, fig, task=t)
                 part = load_npz(f)
                 done += per_chunk
                 b(done, total)
