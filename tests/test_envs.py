@@ -259,8 +259,7 @@ def test_make_env_errors():
     assert has_mjx(ENV_ID) and not has_mjx("antmaze-medium-v0") and not has_mjx("cube-single-v0")
     with pytest.raises(TttError, match="valid ids: pointmaze-medium-v0, pointmaze-large-v0") as e:
         make_env("pointmaze-huge-v0")
-    assert "
-" not in str(e.value)
+    assert "\n" not in str(e.value)
     with pytest.raises(TttError, match="cube-single-v0 has no MJX backend .*mesh contacts.*use backend 'mujoco'"):
         make_env("cube-single-v0", backend="mjx")
     with pytest.raises(TttError, match="antmaze-medium-v0 has no MJX backend .*slower than C MuJoCo"):
