@@ -294,7 +294,7 @@ def test_host_driver_and_evaluate_carry_the_cache(stitch):
         jax.random.split(jax.random.key(0), 2)
     )
     ttt = TTTConfig(K=20, select=SelectConfig(q=0.5, mode="critic", rule="episodes", h_min=3, eps_rel=0.5),
-                    finetune=FinetuneConfig(steps=3, lr=1e-3), value_chunk=64)  # fmt: skip
+                    finetune=FinetuneConfig(steps=3, lr=1e-3), value_chunk=64, value_cap=None)  # fmt: skip
     kw = dict(episodes=1, tasks=(1, 3), seed=4)
     res = {}
     for name, t, driver in [("full", ttt, "compiled"), ("lazy", dataclasses.replace(ttt, value_cap=0.02), "compiled"),
