@@ -130,7 +130,7 @@ for p in "${gen_pids[@]}"; do wait "$p" || { echo "queue: data generation failed
 echo "queue: data ready after $(($(date +%s) - t0)) s"
 
 run_step() {  # run_step NAME: within min(its cap, the call's time left, the queue's time left)
-  local name=$1 st spent cap t rc
+  local name=$1 st spent cap t rc=1
   read -r st spent < <(state "$name" | paste -sd' ')
   if [ "$st" = done ]; then echo "queue: $name done before"; return 0; fi
   cap=${CAP[$name]}
@@ -141,18 +141,17 @@ run_step() {  # run_step NAME: within min(its cap, the call's time left, the que
   t=$(date +%s)
   case $name in
     updates) timeout "$cap" $PY benchmarks/update_flops.py --time "$UPDATE_STEPS" --jobs "$UPDATE_JOBS" "${DATA_ARGS[@]}" \
-               --out "$R/update_flops.json" ;;
+               --out "$R/update_flops.json"; rc=$? ;;
     episode) timeout "$cap" $PY benchmarks/paper_episode.py "${EPISODE_ARGS[@]}" "${DATA_ARGS[@]}" \
-               --out "$R/paper_episode.json" ;;
+               --out "$R/paper_episode.json"; rc=$? ;;
     table1) timeout "$cap" $PY -m ttt.cli run paper-main --only "$TABLE1_ONLY" "${TABLE1_SETS[@]}" \
-              --out "$R/table1" --cache "$TTT_CACHE"
+              --out "$R/table1" --cache "$TTT_CACHE"; rc=$?  # 124: out of time, resumed by the next call
             for m in "$TTT_CACHE"/ckpt/*/*/meta.json; do  # pre-training's updates/s, per checkpoint
               [ -f "$m" ] || continue
               mkdir -p "$R/pretrain"
               cp "$m" "$R/pretrain/$(basename "$(dirname "$(dirname "$m")")")-$(basename "$(dirname "$m")").json"
             done ;;
   esac
-  rc=$?
   if [ $rc -eq 0 ]; then st=done; else st=partial; fi
   record "$name" "$st" $(($(date +%s) - t))
   echo "queue: $name $st (exit $rc) after $(($(date +%s) - t)) s"
