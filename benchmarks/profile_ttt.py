@@ -128,7 +128,7 @@ def profile(profile: str, name: str, data, steps: int) -> dict:
     goal = data.observations[5000]
     out = {"config": f"{profile}:{name}", "steps": steps}
     out["finetune"] = traced(ft, agent, None, jax.random.key(1), data, w, goal)
-    ttt = TTTConfig(select=SelectConfig(mode="critic", rule="episodes"))
+    ttt = TTTConfig(select=SelectConfig(mode="critic", rule="episodes"), value_cap=None)  # the full pass
     prepare, _, _ = make_round_fns(backbone, cfg, sampler, get_spec(NAV), ttt)
     out["value_pass"] = traced(jax.jit(prepare), agent, data, goal)
     return out

@@ -1,8 +1,9 @@
-"""The lazy value pass (`TTTConfig.value_cap`): each round computes only the values of the dataset episodes that
-hold a relevant row, and the selections (the per-row training weights of every round) and the episode results equal
-the full pass's exactly: rules 'episodes' and 'paper', unequal episode lengths, a round without relevant rows, a
-cap small enough that a round needs several passes, the whole-batch and the bucket paths, the round functions'
-loop (the host driver's) and the host driver itself; rows of untouched episodes filled with garbage change nothing."""
+"""The lazy value pass (`TTTConfig.value_cap`, the default 'auto'): each round computes only the values of the rows
+from each dataset episode's first relevant row to its end, and the selections (the per-row training weights of every
+round) and the episode results equal the full pass's exactly: rules 'episodes' and 'paper', unequal episode lengths,
+a round without relevant rows, a cap small enough that a round needs several passes, the whole-batch and the bucket
+paths, the round functions' loop (the host driver's) and the host driver itself; rows not computed filled with
+garbage change nothing."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import ttt.episode as episode_mod
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint
-from ttt.episode import Transforms, TTTConfig, make_episodes, make_round_fns, round_keys, value_pass_rows
+from ttt.episode import Transforms, TTTConfig, lazy_pass, make_episodes, make_round_fns, round_keys, value_pass_rows
 from ttt.finetune import FinetuneConfig
 from ttt.presets import make_configs
 from ttt.pretrain import init_state
@@ -149,6 +150,14 @@ def test_lazy_pass_selects_and_ends_like_the_full_pass(rule, bucket, recorder):
     assert (np.asarray(full.rounds["value_rows"]) == 0).all()  # the full pass counts none per round
 
 
+def test_default_pass_selects_like_the_full_pass(recorder):
+    """The default value pass ('auto': lazy, one chunk per pass) against the full pass (the pre-issue-38 default):
+    every round's training weights bit for bit and the same episodes."""
+    full, lazy = compare(ttt_cfg(), dataclasses.replace(ttt_cfg(), value_cap=TTTConfig().value_cap), recorder)
+    rows = np.asarray(lazy.rounds["value_rows"])
+    assert 0 < rows.sum(axis=1).max() < DATA.n_rows
+
+
 def test_fixed_mode_and_value_relevance_match_the_full_pass(recorder):
     """Mode 'fixed' ranks by the critic's returns too (rule 'paper'); relevance 'value' computes V(s | s_j) of
     every row each round (a pass of its own, unchanged) and the lazy pass then computes V(s_j | g*) for the
@@ -177,8 +186,9 @@ def test_untouched_episodes_hold_garbage_without_effect(monkeypatch, recorder):
 
 def test_round_function_loop_carries_the_cache():
     """The host driver's loop: `adapt(..., with_tables)` returns the tables with the values it computed; each
-    round's weights (recomputed here from the tables the round selected from) equal the full pass's, episodes are
-    computed once, and uncomputed rows stay NaN."""
+    round's weights (recomputed here from the tables the round selected from) equal the full pass's, rows are
+    computed once, each episode's computed rows run from its first relevant row so far to its end, and uncomputed
+    rows stay NaN."""
     from ttt.select import Context, round_weights
 
     full_cfg, lazy_cfg = ttt_cfg("paper"), ttt_cfg("paper", value_cap=CAP)
@@ -193,7 +203,7 @@ def test_round_function_loop_carries_the_cache():
     sel = lazy_cfg.select
     weights = eqx.filter_jit(lambda t, s: round_weights(Context(data=DATA, goal_eps=1.0, cfg=sel, state_xy=s,
                                                                 key=jax.random.key(3), tables=t))[0])  # fmt: skip
-    rows_total = 0
+    rows_total, partial = 0, []
     ep = np.asarray(DATA.ep_id)
     full_values = np.asarray(_full_values(ag, goal))
     for r, s in enumerate([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0], [40.0, 40.0], [-2.0, 1.0]]):
@@ -210,15 +220,22 @@ def test_round_function_loop_carries_the_cache():
                 assert_same_values(m_f[k], m_z[k], err_msg=k)
         assert_same_values(weights(t_full, s), weights(t_lazy, s))
         computed = np.asarray(t_lazy.computed)
-        assert (computed >= before).all()
-        new_rows = int(np.isin(ep, np.flatnonzero(computed & ~before)).sum())
+        assert computed.shape == (DATA.n_rows,) and (computed >= before).all()
+        new_rows = int((computed & ~before).sum())
         assert int(m_z["value_rows"]) == new_rows
         rows_total += new_rows
         values = np.asarray(t_lazy.values)
-        on = computed[ep]
-        assert_same_values(values[on], full_values[on])
-        assert np.isnan(values[~on]).all()
+        assert_same_values(values[computed], full_values[computed])
+        assert np.isnan(values[~computed]).all()
+        ends = np.asarray(DATA.ep_end)
+        for e in np.unique(ep[computed]):  # a suffix of the episode: from some row to its end
+            rows_e = np.flatnonzero(ep == e)
+            on_e = computed[rows_e]
+            assert on_e[-1] and (np.diff(on_e.astype(int)) >= 0).all(), e
+            assert ends[rows_e[0]] == rows_e[-1]
+        partial.append(bool(any(computed[ep == e].any() and not computed[ep == e].all() for e in np.unique(ep))))
     assert 0 < rows_total < DATA.n_rows
+    assert any(partial)  # an episode computed from a relevant row in its middle, not from its start
 
 
 def _full_values(agent, goal):
@@ -229,7 +246,8 @@ def _full_values(agent, goal):
 
 
 def test_config():
-    assert TTTConfig().value_cap is None and not TTTConfig().lazy_values
+    assert TTTConfig().value_cap == "auto" and TTTConfig().lazy_values and lazy_pass(TTTConfig())
+    assert not TTTConfig(value_cap=None).lazy_values and not lazy_pass(TTTConfig(value_cap=None))
     assert not TTTConfig(value_cap=0.0).lazy_values and TTTConfig(value_cap=0.1).lazy_values
     assert not TTTConfig(value_cap=0.1, critic="oracle").lazy_values  # the oracle's values: computed in full
     assert not TTTConfig(value_cap=0.1, select=SelectConfig(mode="mc")).lazy_values  # no values read
@@ -238,7 +256,14 @@ def test_config():
             TTTConfig(value_cap=bad)
     assert value_pass_rows(TTTConfig(value_cap=0.1, value_chunk=4096), 1_005_000) == 25 * 4096
     assert value_pass_rows(TTTConfig(value_cap=1.0, value_chunk=4096), 100) == 100
+    assert value_pass_rows(TTTConfig(value_chunk=4096), 1_005_000) == 4096  # 'auto': one chunk per pass
     custom = Transforms(relevance=lambda ctx: ctx.tables.eligible)
+    # 'auto' with a transform of your own: the full pass, silently (the transform may read any row).
+    assert not lazy_pass(TTTConfig(), custom) and lazy_pass(TTTConfig(), Transforms())
+    prep, _, _ = make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap="auto"), custom)
+    tables = eqx.filter_jit(prep)(jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, AGENTS), DATA,
+                                  jnp.array([2.0, 1.0]))  # fmt: skip
+    assert tables.computed is None and tables.values is None  # the full pass: no cache
     with pytest.raises(ValueError, match="default selection transforms"):
         make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap=CAP), custom)
     make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap=None), custom)  # without value_cap: fine
@@ -269,7 +294,7 @@ def test_host_driver_and_evaluate_carry_the_cache(stitch):
         jax.random.split(jax.random.key(0), 2)
     )
     ttt = TTTConfig(K=20, select=SelectConfig(q=0.5, mode="critic", rule="episodes", h_min=3, eps_rel=0.5),
-                    finetune=FinetuneConfig(steps=3, lr=1e-3), value_chunk=64)  # fmt: skip
+                    finetune=FinetuneConfig(steps=3, lr=1e-3), value_chunk=64, value_cap=None)  # fmt: skip
     kw = dict(episodes=1, tasks=(1, 3), seed=4)
     res = {}
     for name, t, driver in [("full", ttt, "compiled"), ("lazy", dataclasses.replace(ttt, value_cap=0.02), "compiled"),

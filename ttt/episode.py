@@ -113,14 +113,16 @@ class TTTConfig:
       moved to the front and adapted `bucket` at a time (a `lax.while_loop` over buckets), so an episode that has
       ended costs no selection or fine-tuning. None: the whole batch adapts in every round until all of it has
       ended (the pre-0.2 behaviour). Results do not depend on it (tested); only speed does.
-    - `value_cap`: the lazy value pass. None or 0 (the default): `prepare` computes `V(s_j | g*)` of every dataset
-      row once per episode. A fraction in (0, 1]: `prepare` computes none; each round computes the values of the
-      rows of the dataset episodes that hold a relevant row and were not computed before (the only rows the
-      built-in rules and diagnostics read), packed `ceil(value_cap * rows)` rows (rounded up to `value_chunk`) per
-      pass, as many passes as the round needs, and keeps them in the tables for later rounds. Selections and
-      results equal the full pass's exactly (tested); only the work differs: on pointmaze-medium-stitch about a
-      fifth of the rows per episode. The learned critic only (the oracle's values are cheap: computed in full),
-      with the default selection transforms. Round metric `value_rows`: rows whose values the round computed.
+    - `value_cap`: the value pass. None or 0: the full pass: `prepare` computes `V(s_j | g*)` of every dataset
+      row once per episode. A fraction in (0, 1]: the lazy pass: `prepare` computes none; each round computes the
+      values of the rows from each dataset episode's first relevant row to its end that were not computed before
+      (the only rows the built-in rules and diagnostics read), packed `ceil(value_cap * rows)` rows (rounded up to
+      `value_chunk`) per pass, as many passes as the round needs, and keeps them in the tables for later rounds.
+      'auto' (the default): the lazy pass in passes of one `value_chunk` each where it applies (the learned critic,
+      a mode that reads values, the default selection transforms), else the full pass. Selections and results
+      equal the full pass's exactly (tested); only the work differs (benchmarks/RESULTS.md, "The critic episode at
+      its floor"). The learned critic only (the oracle's values are cheap: computed in full). Round metric
+      `value_rows`: rows whose values the round computed.
     """
 
     K: int = 100
@@ -130,7 +132,7 @@ class TTTConfig:
     critic: str = "learned"
     reset_after_horizon: bool = False
     bucket: int | None = 1
-    value_cap: float | None = None
+    value_cap: float | str | None = "auto"
 
     def __post_init__(self):
         if not (isinstance(self.K, int) and not isinstance(self.K, bool) and self.K >= 1):
@@ -146,22 +148,38 @@ class TTTConfig:
         ):
             raise ValueError(f"TTT bucket must be an int >= 1 or None (the whole batch), got {self.bucket!r}")
         cap = self.value_cap
-        if cap is not None and not (
+        if cap is not None and cap != "auto" and not (
             isinstance(cap, int | float) and not isinstance(cap, bool) and math.isfinite(cap) and 0.0 <= cap <= 1.0
         ):
-            raise ValueError(f"value_cap must be a fraction of the rows in [0, 1] or None (the full pass), got {cap!r}")
+            raise ValueError(f"value_cap must be a fraction of the rows in [0, 1], 'auto' (the default) or None (the "
+                             f"full pass), got {cap!r}")  # fmt: skip
 
     @property
     def lazy_values(self) -> bool:
-        """Whether the lazy value pass is on: `value_cap` > 0, the learned critic, and a mode that reads values (not
-        'mc'; mode 'fixed' with a backbone without a value function reads none either: the pass then computes none)."""
+        """Whether the lazy value pass can be on: `value_cap` > 0 or 'auto', the learned critic, and a mode that
+        reads values (not 'mc'; mode 'fixed' with a backbone without a value function reads none either: the pass
+        then computes none). With 'auto' it is on only under the default selection transforms (`lazy_pass`)."""
         return bool(self.value_cap) and self.critic == "learned" and self.select.mode != "mc"
+
+
+def lazy_pass(ttt: TTTConfig | None, transforms: Transforms = Transforms()) -> bool:
+    """Whether an episode of `ttt` with `transforms` runs the lazy value pass (`TTTConfig.value_cap`): with
+    'auto' only under the default selection transforms (one of your own may read rows the pass leaves out)."""
+    if ttt is None or not ttt.lazy_values:
+        return False
+    if ttt.value_cap != "auto":
+        return True
+    checked = check_transforms(transforms)
+    return all(getattr(checked, k) is v for k, v in _select.CONTEXT_DEFAULTS.items())
 
 
 def value_pass_rows(ttt: TTTConfig, n_rows: int) -> int:
     """Rows of one packed pass of the lazy value pass: `ceil(value_cap * n_rows)` rounded up to a whole number of
-    the full pass's chunks (`min(value_chunk, n_rows)` rows), so each chunk has the full pass's shape."""
+    the full pass's chunks (`min(value_chunk, n_rows)` rows), so each chunk has the full pass's shape; with
+    'auto' one chunk (a round computes at most one chunk of padding)."""
     chunk = min(ttt.value_chunk, n_rows)
+    if ttt.value_cap == "auto":
+        return chunk
     return max(1, -(-math.ceil(ttt.value_cap * n_rows) // chunk)) * chunk
 
 
@@ -251,7 +269,7 @@ def make_round_fns(
         raise ValueError(f"value relevance needs a value function, which {backbone_name} lacks under this config")
     if transforms.select is not _select.select_ctx and sel.rule_used != "paper":
         raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={sel.rule_used!r}")
-    lazy = needs_values and ttt.lazy_values
+    lazy = needs_values and lazy_pass(ttt, transforms)
     if lazy and any(getattr(transforms, k) is not v for k, v in _select.CONTEXT_DEFAULTS.items()):
         raise ValueError("value_cap (the lazy value pass) needs the default selection transforms: a transform of "
                          "your own may read values of rows it does not compute; set value_cap=None")  # fmt: skip
@@ -280,20 +298,21 @@ def make_round_fns(
         if oracle is not None:
             tables = dataclasses.replace(tables, oracle_steps=oracle.steps(data.goals, goal_xy))
         if lazy:
-            tables = dataclasses.replace(tables, values=values, computed=jnp.zeros((data.n_episodes,), bool))
+            tables = dataclasses.replace(tables, values=values, computed=jnp.zeros((data.n_rows,), bool))
         return tables
 
     def refresh(agent0, data: Dataset, tables: GoalTables, rel, goal, ctx) -> tuple[GoalTables, Int[Array, ""]]:
-        """The lazy value pass of one round: the values of the rows of every episode with a relevant row (`rel`)
-        not computed before, `cap` rows per pass (packed in row order by `nonzero`; a `lax.while_loop` over
-        passes), scattered into the cache; then the tables the rule reads, from the cache. Returns the tables and
-        the number of rows computed."""
+        """The lazy value pass of one round: the values of the rows from the first relevant row (`rel`) of each
+        dataset episode to its end (every row a rule or diagnostic can read: spans start at relevant rows and end
+        later in their episode) not computed before, `cap` rows per pass (packed in row order by `nonzero`; a
+        `lax.while_loop` over passes), scattered into the cache; then the tables the rule reads, from the cache.
+        Returns the tables and the number of rows computed."""
         n, E = data.n_rows, data.n_episodes
         cap = value_pass_rows(ttt, n)
         ep = data.ep_id.astype(jnp.int32)
-        touched = jax.ops.segment_max(rel.astype(jnp.int32), ep, num_segments=E, indices_are_sorted=True) > 0
-        new = touched & ~tables.computed
-        row_new = new[ep]
+        rows = jnp.arange(n, dtype=jnp.int32)
+        first = jax.ops.segment_min(jnp.where(rel, rows, n), ep, num_segments=E, indices_are_sorted=True)
+        row_new = (rows >= first[ep]) & ~tables.computed
         count = jnp.sum(row_new, dtype=jnp.int32)
         order = jnp.nonzero(row_new, size=-(-n // cap) * cap, fill_value=n)[0].astype(jnp.int32)
 
@@ -305,7 +324,7 @@ def make_round_fns(
             return i + 1, values.at[idx].set(v.astype(values.dtype), mode="drop")
 
         _, values = jax.lax.while_loop(lambda c: c[0] * cap < count, one_pass, (jnp.int32(0), tables.values))
-        computed = tables.computed | new
+        computed = tables.computed | row_new
         if sel.rule_used == "episodes":  # the rule reads only the predicted steps
             tables = dataclasses.replace(tables, steps=_select.predicted_steps(values, sel.gamma))
         else:  # rule 'paper': ends and returns are within-episode scans of the values
@@ -457,7 +476,7 @@ def make_episodes(
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
     if ttt is not None and ttt.K > max_steps:
         raise ValueError(f"TTT period K must be in [1, {max_steps}] (the episode length), got {ttt.K}")
-    lazy = ttt is not None and ttt.lazy_values
+    lazy = lazy_pass(ttt, transforms)
     if ttt is not None:  # with the lazy value pass the tables are carried from round to round
         prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt, transforms, with_tables=lazy)
     else:

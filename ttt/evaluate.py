@@ -27,6 +27,7 @@ from ttt.episode import (
     Transforms,
     TTTConfig,
     empty_round_metrics,
+    lazy_pass,
     make_act,
     make_episodes,
     make_round_fns,
@@ -271,7 +272,7 @@ def make_host_fns(setup: EvalSetup):
     if setup.ttt is not None:
         prepare, adapt, act = make_round_fns(
             setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.transforms,
-            with_tables=setup.ttt.lazy_values,
+            with_tables=lazy_pass(setup.ttt, setup.transforms),
         )
     else:
         prepare = adapt = None

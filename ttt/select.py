@@ -156,9 +156,9 @@ class GoalTables(eqx.Module):
     <= -1/(1 - gamma)); `oracle_steps[j]`, the true shortest-path steps to the goal (diagnostics, `ttt.envs.oracle`).
 
     With the lazy value pass (`ttt.episode.TTTConfig.value_cap`) the tables also carry its cache: `values[j]`, the
-    values computed so far (NaN elsewhere), and `computed[e]`, whether dataset episode `e`'s rows hold their values.
-    The value-derived fields (`ends`, `returns`, `reaches`, `steps`) are then meaningful on the computed episodes'
-    rows only, the only rows a built-in rule or diagnostic reads (those of episodes with a relevant row).
+    values computed so far (NaN elsewhere), and `computed[j]`, whether row `j` holds its value. The value-derived
+    fields (`ends`, `returns`, `reaches`, `steps`) are then meaningful on the rows whose span is computed only,
+    the only rows a built-in rule or diagnostic reads (a relevant row and the rows after it in its episode).
     """
 
     rewards: Float[Array, " rows"]
@@ -170,7 +170,7 @@ class GoalTables(eqx.Module):
     steps: Float[Array, " rows"] | None = None
     oracle_steps: Float[Array, " rows"] | None = None
     values: Float[Array, " rows"] | None = None
-    computed: Bool[Array, " episodes"] | None = None
+    computed: Bool[Array, " rows"] | None = None
 
 
 class Selection(eqx.Module):

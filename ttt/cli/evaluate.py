@@ -215,8 +215,9 @@ def eval_cmd(
     old = read_json(json_out) if json_out else None
     old_variants = old.get("variants", {}) if isinstance(old, dict) and isinstance(old.get("variants"), dict) else {}
     for name, setup in setups.items():
+        ttt_key = None if setup.ttt is None else {**_ttt_doc(setup), "value_cap": None}  # the pass changes no result
         vkey = digest(dict(checkpoint=ck, variant=name, tasks=task_ids, episodes=episodes, seed=seed, driver=driver,
-                            backend=backend, ttt=_ttt_doc(setup)))  # fmt: skip
+                            backend=backend, ttt=ttt_key))  # fmt: skip
         prev = old_variants.get(name)
         if isinstance(prev, dict) and prev.get("key") == vkey and "success" in prev:
             doc["variants"][name] = prev

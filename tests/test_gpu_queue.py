@@ -1,0 +1,57 @@
+"""benchmarks/gpu_queue.sh (issue 38): its CPU dry run runs every step of the queue with tiny sizes in a scratch
+directory and records each in queue.json; a broken step, a broken benchmark it calls or a broken pipeline fails
+here. Its figures are not checked (tiny sizes on a CPU say nothing); that every step ran and wrote its file is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_queue.sh"
+
+
+def _run(*args: str, tmp: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=900)  # fmt: skip
+
+
+def test_usage_and_plan():
+    bad = _run("ten")
+    assert bad.returncode == 2 and "usage:" in bad.stderr
+    plan = _run("--plan")
+    assert plan.returncode == 0, plan.stderr
+    assert [ln.split(":")[0] for ln in plan.stdout.splitlines()] == ["updates", "episode", "table1"]
+
+
+@pytest.mark.slow
+def test_dry_run_runs_every_step(tmp_path):
+    p = _run("--dry-run", str(tmp_path))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "queue: complete" in p.stdout, p.stdout[-3000:]
+    res = tmp_path / "results" / "gpu" / "cpu-dry-run"
+    queue = json.loads((res / "queue.json").read_text())
+    assert {k: v["state"] for k, v in queue["steps"].items()} == {"updates": "done", "episode": "done",
+                                                                    "table1": "done"}  # fmt: skip
+    upd = json.loads((res / "update_flops.json").read_text())
+    assert upd["timed_here"] and upd["peak_gflops"] > 0
+    assert [r["job"] for r in upd["rows"]] == ["gcbc-cpu"] and upd["rows"][0]["measured_ms"] > 0
+    ep = json.loads((res / "paper_episode.json").read_text())
+    assert ep["batch"] == 5 and ep["episode_s"] > 0
+    rows = json.loads((res / "table1" / "results.json").read_text())["rows"]
+    assert {r["name"] for r in rows} == {"gcbc-base-navigate", "gcbc-ttt-navigate"}
+    assert all(r["n_episodes"] == 1 for r in rows)
+    assert list((res / "pretrain").glob("*.json")), "no pre-training record (updates/s) was copied"
+    meta = json.loads(next((res / "pretrain").glob("*.json")).read_text())
+    assert meta["updates_per_s"] > 0
+    # A second call finds every step done and runs none again.
+    again = _run("--dry-run", str(tmp_path))
+    assert again.returncode == 0 and again.stdout.count("done before") == 3, again.stdout[-2000:]
+    # Nothing was written into the repository's results.
+    assert not (ROOT / "benchmarks" / "results" / "gpu" / "cpu-dry-run").exists()
