@@ -505,15 +505,19 @@ def main() -> int:
     args = ap.parse_args()
     out = table(claims())
     print(out)
-    if args.write:
-        text = args.write.read_text()
-        a, b = "<!-- claims -->", "<!-- /claims -->"
-        if a not in text or b not in text:
-            print(f"{args.write}: no {a} ... {b} block", file=sys.stderr)
-            return 2
-        head, rest = text.split(a, 1)
-        _, tail = rest.split(b, 1)
-        args.write.write_text(f"{head}{a}\n{out}\n{b}{tail}")
+    return replace_block(args.write, "claims", out) if args.write else 0
+
+
+def replace_block(path: Path, name: str, out: str) -> int:
+    """Replace the text between `<!-- NAME -->` and `<!-- /NAME -->` in `path` with `out`; 2 if there is no block."""
+    text = path.read_text()
+    a, b = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if a not in text or b not in text:
+        print(f"{path}: no {a} ... {b} block", file=sys.stderr)
+        return 2
+    head, rest = text.split(a, 1)
+    _, tail = rest.split(b, 1)
+    path.write_text(f"{head}{a}\n{out}\n{b}{tail}")
     return 0
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from claims import RES, Row, load, welch  # noqa: E402
+from claims import RES, Row, load, replace_block, welch  # noqa: E402
 
 LC, T1, PM, LEADS = "learning-curves/evals", "table1/evals", "paper-main/evals", "gciql-leads/evals"
 
@@ -172,16 +172,7 @@ def main() -> int:
     args = ap.parse_args()
     out = table() + "\n\nCommands (seeds x tasks x episodes):\n\n" + commands()
     print(out)
-    if args.write:
-        text = args.write.read_text()
-        a, b = "<!-- table1 -->", "<!-- /table1 -->"
-        if a not in text or b not in text:
-            print(f"{args.write}: no {a} ... {b} block", file=sys.stderr)
-            return 2
-        head, rest = text.split(a, 1)
-        _, tail = rest.split(b, 1)
-        args.write.write_text(f"{head}{a}\n{out}\n{b}{tail}")
-    return 0
+    return replace_block(args.write, "table1", out) if args.write else 0
 
 
 if __name__ == "__main__":
