@@ -85,6 +85,7 @@ def validate_run(run: dict) -> None:
     function. `ttt run --dry-run` runs it on every run, and `ttt run` before the first stage."""
     from ttt.agents import get_backbone
     from ttt.data.specs import get_spec
+    from ttt.finetune import FinetuneConfig, finetune_backbone_config
 
     where = f"run {run['name']}"
     try:
@@ -102,9 +103,11 @@ def validate_run(run: dict) -> None:
     if (run["variant"] == "ttt" or run["relevance"] == "value") and not backbone.has_value(cfg):
         raise TttError(f"{where}: variant {run['variant']} needs a value function, which {run['agent']} lacks; use "
                        "variant ttt-mc with relevance 'distance'")  # fmt: skip
-    if run["ft_alpha"] is not None and not any(f.name == "alpha" for f in dataclasses.fields(cfg)):
+    try:  # the one check of ft_alpha against the backbone (fine-tuning's own)
+        finetune_backbone_config(backbone.name, cfg, FinetuneConfig(alpha=run["ft_alpha"]))
+    except ValueError:
         raise TttError(f"{where}: ft_alpha is the BC weight of a DDPG+BC or AWR actor loss; {run['agent']} has none "
-                       "(valid for gciql, gciql-awr, qrl)")  # fmt: skip
+                       "(valid for gciql, gciql-awr, qrl)") from None  # fmt: skip
     if run["batch"] is not None and run["batch"] < 1:
         raise TttError(f"{where}: batch must be >= 1, got {run['batch']}")
 
