@@ -310,3 +310,18 @@ def test_finetune_train_and_alpha_errors():
         FinetuneConfig(alpha=-1.0)
     with pytest.raises(ValueError, match="alpha must be a number >= 0"):
         FinetuneConfig(alpha=float("nan"))
+
+
+def test_make_setup_names_the_fine_tuning_options_in_its_errors():
+    from ttt.errors import TttError
+    from ttt.setups import make_setup
+
+    cfg, sampler = tiny("gciql")
+    spec = get_spec(NAV)
+    with pytest.raises(TttError, match=r"--ft-alpha must be a finite number >= 0, got -1"):
+        make_setup("ttt", "gciql", cfg, sampler, spec, 1000, ft_alpha=-1.0, label=lambda n: "--" + n.replace("_", "-"))
+    with pytest.raises(TttError, match=r"ft_train must be one of all, actor, got 'critic'"):
+        make_setup("ttt", "gciql", cfg, sampler, spec, 1000, ft_train="critic")
+    with pytest.raises(TttError, match="gcbc has none"):
+        make_setup("ttt", "gcbc", *tiny("gcbc"), spec, 1000, ft_alpha=0.3)
+    assert make_setup("ttt", "gciql", cfg, sampler, spec, 1000, ft_alpha=0.3).ttt.finetune.alpha == 0.3

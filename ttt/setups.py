@@ -95,6 +95,10 @@ def make_setup(
         raise TttError(f"{label('batch')} must be >= 1, got {batch}")
     if n_episodes < 1:
         raise TttError(f"{label('n_episodes')} must be >= 1, got {n_episodes}")
+    if ft_alpha is not None and not (math.isfinite(ft_alpha) and ft_alpha >= 0):
+        raise TttError(f"{label('ft_alpha')} must be a finite number >= 0, got {ft_alpha}")
+    if ft_train not in ("all", "actor"):
+        raise TttError(f"{label('ft_train')} must be one of all, actor, got {ft_train!r}")
     if slack < 0:
         raise TttError(f"{label('slack')} must be >= 0, got {slack}")
     if rule == "episodes" and variant != "ttt":
