@@ -5,7 +5,7 @@ Why: each executable XLA compiles holds about 3.5 memory mappings of the process
 sections) for as long as JAX's caches keep it, and Linux refuses new mappings past `vm.max_map_count` (65530 by
 default), where LLVM's JIT segfaults instead of reporting the failed allocation. Without this fixture one process
 passed 55,000 mappings by the suite's 180th test and crashed in XLA's CPU compiler soon after
-(`python benchmarks/map_count_repro.py` shows the growth and the fix; benchmarks/results/layout/).
+(`python benchmarks/analyses/map_count_repro.py` shows the growth and the fix; benchmarks/results/layout/).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The fault-injection script (benchmarks/fault_injection.py) in miniature: one random signal lands on a running
-`ttt data generate` and one on a running `ttt pretrain`; each stops as promised and the rerun's results equal an
-uninterrupted run's; and two writers at once into one folder, cache and output. The full run (many kills, `ttt run`
-too, a full tmpfs) is the script itself."""
+"""The fault-injection script (benchmarks/reliability/fault_injection.py) in miniature: one random signal lands on a
+running `ttt data generate` and one on a running `ttt pretrain`; each stops as promised and the rerun's results equal
+an uninterrupted run's; and two writers at once into one folder, cache and output. The full run (many kills, `ttt
+run` too, a full tmpfs) is the script itself."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_kills_are_survived_and_reruns_are_identical(monkeypatch):
     # The commands compile from scratch, as they do for a user: the script draws its kill times from the reference
     # run's duration, which a compilation cache warmed by that run would make unlike the reruns' (tests/conftest.py).
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fault_injection.py"
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "reliability" / "fault_injection.py"
     spec = importlib.util.spec_from_file_location("fault_injection", path)
     fi = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fi)
@@ -34,7 +34,7 @@ def test_concurrent_writers_for_real(tmp_path):
 
 
 def _script():
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "fault_injection.py"
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "reliability" / "fault_injection.py"
     spec = importlib.util.spec_from_file_location("fault_injection", path)
     fi = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fi)

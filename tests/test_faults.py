@@ -3,8 +3,8 @@
 each is refused with one line (CLI: exit 2, no traceback; Python: a `TttError` naming the argument), or handled.
 
 The full disk and the concurrent writers are simulated here (a file system that refuses every write under one
-folder; a lock held by the test); `benchmarks/fault_injection.py --faults` reproduces both for real (a 3 MB tmpfs,
-two processes at once)."""
+folder; a lock held by the test); `benchmarks/reliability/fault_injection.py --faults` reproduces both for real (a
+3 MB tmpfs, two processes at once)."""
 
 from __future__ import annotations
 
@@ -430,7 +430,7 @@ def test_quickstart_draws_every_gcttt_row_and_a_later_task_fills_the_missing_out
     assert calls == [(1, "row.failure.npz"), (2, "row.success.npz")]
 
 
-# ------------------------------------------------------------------------ what the probe (benchmarks/probe.py) found
+# -------------------------------------------------------------- what the probe (benchmarks/reliability/probe.py) found
 
 
 @pytest.mark.parametrize("kind, needle", [("list", "must be a JSON object"), ("step", "'step' must be int"),

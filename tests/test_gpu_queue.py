@@ -1,4 +1,4 @@
-"""benchmarks/gpu_queue.sh (issue 38): its CPU dry run runs every step of the queue with tiny sizes in a scratch
+"""benchmarks/gpu/gpu_queue.sh (issue 38): its CPU dry run runs every step of the queue with tiny sizes in a scratch
 directory and records each in queue.json; a broken step, a broken benchmark it calls or a broken pipeline fails
 here. Its figures are not checked (tiny sizes on a CPU say nothing); that every step ran and wrote its file is."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "gpu_queue.sh"
+SCRIPT = ROOT / "benchmarks" / "gpu" / "gpu_queue.sh"
 
 
 def _run(*args: str, tmp: Path | None = None) -> subprocess.CompletedProcess:

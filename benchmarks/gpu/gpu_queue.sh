@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# The GPU queue (issue 38): what a session lent a GPU runs FIRST, before its own work. Within at most 40 minutes of
+# device time in all it records, under benchmarks/results/gpu/<device>/ (the device named in every file):
+#   1. updates  per-update ms, FLOPs and % of peak of the three profiles (GC-BC cpu, GC-IQL cpu, GC-IQL paper) and
+#               the GC-BC value pass (benchmarks/speed/update_flops.py --time)                     budget  240 s
+#   2. episode  a paper-profile GC-IQL critic episode (rule episodes, N 100, K 100, all 10 rounds, 1M-row navigate
+#               data) amortised over a batch of 50 episodes in one program                                 300 s
+#               (benchmarks/speed/paper_episode.py)
+#   3. table1   paper-profile pointmaze Table-1 rows (pipelines/paper-main.toml --set profile=paper: 512x3,
+#               batch 1024, 1M updates; GC-BC then GC-IQL; navigate and stitch; base and critic GC-TTT, 150
+#               episodes a row), as far as the 40 minutes go; pre-training's updates/s in pretrain/*.json;
+#               resumes where it stopped while the machine stays warm                              the rest
+# The device tool runs one command for at most 10 minutes, so the queue runs in calls: each call does the next
+# steps within BUDGET_S and packs what it wrote into $OUT/results.tgz; queue.json (which travels with the working
+# tree once unpacked) records each step's state and seconds, so the next call, or the next session, goes on.
+#
+# On the device machine (the lead's checkout, with the wheels in .whl/: ogbench, mujoco, gymnasium and what they
+# need beyond the image's packages, as for benchmarks/gpu/gpu_pipeline.sh), from the session, again until it prints
+# "queue: complete" (calls in quick succession keep the warm machine and its checkpoints):
+#   run(command="bash benchmarks/gpu/gpu_queue.sh 570", carry=[".whl"], timeout_s=600)
+#   then here: tar xzf <files_at>/results.tgz   (in the repository root), and commit benchmarks/results/gpu/
+# Here, on a CPU, every step with tiny sizes in a scratch directory (what tests/test_gpu_queue.py runs):
+#   bash benchmarks/gpu/gpu_queue.sh --dry-run [SCRATCH]
+#   bash benchmarks/gpu/gpu_queue.sh --plan          # the steps, their budgets and what queue.json says is done
+set -u -o pipefail
+cd "$(dirname "$0")/../.." || exit 2
+TOTAL_S=${GPU_QUEUE_TOTAL_S:-2400}  # device seconds for the whole queue (40 minutes)
+mode=run budget=570
+case "${1:-}" in
+  --dry-run) mode=dry; scratch=${2:-$(mktemp -d)} ;;
+  --plan) mode=plan ;;
+  "") ;;
+  *[!0-9]*) echo "usage: bash benchmarks/gpu/gpu_queue.sh [BUDGET_S | --dry-run [SCRATCH] | --plan]" >&2; exit 2 ;;
+  *) budget=$1 ;;
+esac
+t0=$(date +%s)
+left() { echo $((budget - ($(date +%s) - t0))); }
+STEPS="updates episode table1"
+declare -A CAP=([updates]=240 [episode]=300 [table1]=$TOTAL_S)
+TABLE1_ONLY="gcbc-base-navigate,gcbc-ttt-navigate,gcbc-base-stitch,gcbc-ttt-stitch,gciql-base-navigate,gciql-ttt-navigate,gciql-base-stitch,gciql-ttt-stitch"
+
+if [ "$mode" = dry ]; then
+  # Tiny sizes, a scratch home/cache/output: nothing under ~/.ogbench, ~/.cache/ttt or benchmarks/results is touched.
+  mkdir -p "$scratch"/{home,cache,data,out}
+  export HOME=$scratch/home TTT_CACHE=$scratch/cache OUT=$scratch/out
+  export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
+  device=cpu-dry-run
+  R=$scratch/results/gpu/$device
+  DATA_ARGS=(--dir "$scratch/data")
+  UPDATE_STEPS=2 UPDATE_JOBS=gcbc-cpu  # the cpu profile only: it checks the wiring, not the sizes
+  EPISODE_ARGS=(--batch 5 --N 2 --K 5 --max-steps 10 --profile cpu)
+  TABLE1_SETS=(--set profile=cpu --set steps=4 --set train_chunk=2 --set seeds=1 --set episodes=1 --set tasks=[1]
+               --set data_episodes=4 --set N=2 --set K=1000 --set chunk=5)
+  TABLE1_ONLY="gcbc-base-navigate,gcbc-ttt-navigate"
+else
+  DATA_ARGS=()
+  UPDATE_STEPS=100 UPDATE_JOBS=gcbc-cpu,gciql-cpu,gciql-paper,value
+  EPISODE_ARGS=(--batch 50)
+  TABLE1_SETS=(--set profile=paper --set chunk=50 --set train_chunk=10000)
+fi
+PY=${PYTHON:-python3}
+
+if [ "$mode" = run ]; then
+  OUT=${OUT:-/tmp/gpu-out}
+  mkdir -p "$OUT"
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+  else
+    export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  export MUJOCO_GL=disable TTT_CACHE=${TTT_CACHE:-$PWD/.gpu-queue/cache} XLA_PYTHON_CLIENT_PREALLOCATE=false
+  device=$($PY -c "import jax; print(jax.devices()[0].device_kind)" 2>/dev/null) || { echo "queue: JAX does not start" >&2; exit 1; }
+  device=$(echo "$device" | tr 'A-Z ' 'a-z-' | tr -cd 'a-z0-9.-')
+  R=benchmarks/results/gpu/$device
+elif [ "$mode" = plan ]; then
+  R=benchmarks/results/gpu/'*'
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONUNBUFFERED=1
+
+# queue.json: {"device": ..., "steps": {name: {"state": "done" | "partial", "seconds": s}}}
+state() {  # state STEP -> done / partial / todo, and the seconds spent so far (all steps) on stdout's 2nd line
+  $PY - "$R/queue.json" "$1" <<'EOF'
+import glob, json, sys
+files = glob.glob(sys.argv[1])
+q = json.load(open(files[0])) if files else {"steps": {}}
+s = q["steps"].get(sys.argv[2], {})
+print(s.get("state", "todo"))
+print(int(sum(v.get("seconds", 0) for v in q["steps"].values())))
+EOF
+}
+record() {  # record STEP STATE SECONDS
+  mkdir -p "$R"
+  $PY - "$R/queue.json" "$1" "$2" "$3" "$device" "$mode" <<'EOF'
+import json, os, sys, time
+path, step, st, sec, device, mode = sys.argv[1:]
+q = json.load(open(path)) if os.path.exists(path) else {"device": device, "mode": mode, "steps": {}}
+s = q["steps"].setdefault(step, {"seconds": 0})
+s.update(state=st, seconds=s["seconds"] + int(sec), updated=time.strftime("%FT%TZ", time.gmtime()))
+tmp = path + ".tmp"
+json.dump(q, open(tmp, "w"), indent=1)
+os.replace(tmp, path)
+EOF
+}
+
+if [ "$mode" = plan ]; then
+  for s in $STEPS; do
+    read -r st spent < <(state "$s" | paste -sd' ')
+    echo "$s: budget ${CAP[$s]} s, $st (queue seconds so far: $spent of $TOTAL_S)"
+  done
+  exit 0
+fi
+
+mkdir -p "$R" .gpu-queue
+touch .gpu-queue/stamp
+"$PY" -c "import jax, ogbench, mujoco; print('queue on', jax.devices(), 'jax', jax.__version__, 'mujoco', mujoco.__version__)" || exit 1
+
+# The data: full-size pointmaze-medium navigate and stitch into OGBench's directory (dry run: 4 episodes each).
+gen_pids=()
+for d in pointmaze-medium-navigate-v0 pointmaze-medium-stitch-v0; do
+  if [ "$mode" = dry ]; then
+    $PY -m ttt.cli data generate "$d" --episodes 4 --workers 1 "${DATA_ARGS[@]}" >"$OUT/gen-$d.log" 2>&1 &
+  else
+    $PY -m ttt.cli data generate "$d" --workers 8 >"$OUT/gen-$d.log" 2>&1 &
+  fi
+  gen_pids+=($!)
+done
+for p in "${gen_pids[@]}"; do wait "$p" || { echo "queue: data generation failed (see $OUT/gen-*.log)" >&2; cat "$OUT"/gen-*.log >&2; exit 1; }; done
+echo "queue: data ready after $(($(date +%s) - t0)) s"
+
+run_step() {  # run_step NAME: within min(its cap, the call's time left, the queue's time left)
+  local name=$1 st spent cap t rc=1
+  read -r st spent < <(state "$name" | paste -sd' ')
+  if [ "$st" = done ]; then echo "queue: $name done before"; return 0; fi
+  cap=${CAP[$name]}
+  [ "$name" = table1 ] && cap=$((TOTAL_S - spent))
+  [ "$(left)" -lt "$cap" ] && cap=$(($(left) - 15))
+  if [ "$cap" -lt 30 ]; then echo "queue: no time left for $name in this call"; return 0; fi
+  echo "queue: $name (up to $cap s)"
+  t=$(date +%s)
+  case $name in
+    updates) timeout "$cap" $PY benchmarks/speed/update_flops.py --time "$UPDATE_STEPS" --jobs "$UPDATE_JOBS" "${DATA_ARGS[@]}" \
+               --out "$R/update_flops.json"; rc=$? ;;
+    episode) timeout "$cap" $PY benchmarks/speed/paper_episode.py "${EPISODE_ARGS[@]}" "${DATA_ARGS[@]}" \
+               --out "$R/paper_episode.json"; rc=$? ;;
+    table1) timeout "$cap" $PY -m ttt.cli run paper-main --only "$TABLE1_ONLY" "${TABLE1_SETS[@]}" \
+              --out "$R/table1" --cache "$TTT_CACHE"; rc=$?  # 124: out of time, resumed by the next call
+            for m in "$TTT_CACHE"/ckpt/*/*/meta.json; do  # pre-training's updates/s, per checkpoint
+              [ -f "$m" ] || continue
+              mkdir -p "$R/pretrain"
+              cp "$m" "$R/pretrain/$(basename "$(dirname "$(dirname "$m")")")-$(basename "$(dirname "$m")").json"
+            done ;;
+  esac
+  if [ $rc -eq 0 ]; then st=done; else st=partial; fi
+  record "$name" "$st" $(($(date +%s) - t))
+  echo "queue: $name $st (exit $rc) after $(($(date +%s) - t)) s"
+}
+
+for s in $STEPS; do run_step "$s" 2>&1 | tee -a "$OUT/queue.log"; done
+if [ "$mode" = run ]; then
+  find "$R" -newer .gpu-queue/stamp -type f | tar czf "$OUT/results.tgz" -T -
+  echo "queue: packed $(tar tzf "$OUT/results.tgz" | wc -l) files into results.tgz after $(($(date +%s) - t0)) s"
+fi
+all=1
+for s in $STEPS; do [ "$(state "$s" | sed -n 1p)" = done ] || all=0; done
+[ $all = 1 ] && echo "queue: complete ($R)" || echo "queue: not complete; run it again ($R/queue.json)"

@@ -1,0 +1,177 @@
+"""Tables of the speed benchmarks (throughput, latency, growth, scale_out) from their JSON files, written to
+benchmarks/results/speed/speed.md and into benchmarks/RESULTS.md between the `<!-- speed -->` markers.
+
+Usage: python benchmarks/speed/speed_report.py [--dir benchmarks/results/speed]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def f(x, d=2):
+    return "-" if x is None else f"{x:.{d}f}"
+
+
+def throughput(doc, title="### Episode throughput: compiled vs host drivers, batch sizes") -> list[str]:
+    m = doc["machine"]
+    out = [
+        title,
+        "",
+        f"`{doc['command']}`; {doc['agent']} on {doc['dataset']} ({doc['profile']} profile checkpoint), K = {doc['K']},"
+        f" N = {doc['N']}, lr {doc['lr']:g}; {m['cpu']} ({m['cores']} cores), {m['jax_device']}. Compiled: one program"
+        " call on B episodes, timed on its second call (compile = first call minus second). Host lockstep: the host"
+        " driver on the same first 25 episodes (second run). Paper-style loop: one episode at a time (the first few"
+        " of the same episodes), jitted pieces warmed up. Env steps/s counts all episodes of the batch.",
+        "",
+        "| variant | driver | B | episodes/s | env steps/s | env steps/s per episode | compile s | success |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        for c in r["compiled"]:
+            out.append(
+                f"| {r['variant']} | compiled | {c['batch']} | {f(c['episodes_per_s'])} | "
+                f"{c['env_steps_per_s']:.0f} | {c['env_steps_per_s_per_episode']:.0f} | {f(c['compile_s'], 1)} | "
+                f"{f(c['success'])} |"
+            )
+        if "host_lockstep" in r:
+            h = r["host_lockstep"]
+            out.append(
+                f"| {r['variant']} | host lockstep | {h['batch']} | {f(h['episodes_per_s'])} | "
+                f"{h['env_steps_per_s']:.0f} | {h['env_steps_per_s'] / h['batch']:.0f} | {f(h['compile_s'], 1)}"
+                f" | {f(h['success'])} |"
+            )
+        if "paper_loop" in r:
+            p = r["paper_loop"]
+            out.append(
+                f"| {r['variant']} | paper-style loop | 1 (x{p['episodes']}) | {f(p['episodes_per_s'])} | "
+                f"{p['env_steps_per_s']:.0f} | {p['env_steps_per_s']:.0f} | "
+                f"{f(p['first_episode_s'] - p['warm_episode_s'], 1)} | {f(p['success'])} |"
+            )
+    out += ["", "| variant | compiled B = 25 / host lockstep | compiled B = 25 / paper-style loop |", "|---|---|---|"]
+    for r in doc["rows"]:
+        out.append(f"| {r['variant']} | {f(r.get('ratio_vs_host_lockstep'))} | {f(r.get('ratio_vs_paper_loop'))} |")
+    return out + [""]
+
+
+def latency(doc) -> list[str]:
+    m = doc["machine"]
+    out = [
+        "### Latency breakdown and FLOPs",
+        "",
+        f"`{doc['command']}`; {m['cpu']} ({m['cores']} cores). Median of repeated calls of each piece jitted alone, "
+        f"pointmaze-medium-navigate-v0 (1,001,000 rows), B = 1. float32 2048^3 matmul measured in the same run: "
+        f"{doc['matmul_flop_per_s'] / 1e9:.0f} GFLOP/s (the attainable peak used below).",
+        "",
+        "| profile, agent | widths, batch | value pass (per episode) | critic-free precompute | selection (per round) "
+        "| weight table | batch draw | update | act | env step | episode estimate (K = N = 100) | paper (RTX 4090) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        s = r["median_s"]
+        out.append(
+            f"| {r['profile']}, {r['agent']} | {'x'.join(map(str, r['hidden'])) or '-'}, {r['batch']} | "
+            f"{s['value_pass']:.2f} s | {1e3 * s['precompute_mc']:.0f} ms | {1e3 * s['selection']:.0f} ms | "
+            f"{1e3 * s['weight_table']:.1f} ms | {1e3 * s['batch_draw']:.2f} ms | {1e3 * s['update']:.1f} ms | "
+            f"{1e3 * s['act']:.2f} ms | {1e3 * s['env_step']:.2f} ms | {r['episode_estimate_s']:.1f} s | "
+            "< 15 s, < 1 s, -, < 10 ms, < 30 ms; ~65 s |"
+        )
+    out += [
+        "",
+        "| profile, agent | GFLOP per episode | value pass GFLOP | update MFLOP | achieved GFLOP/s (episode) | "
+        "value pass GFLOP/s | update GFLOP/s | fraction of matmul peak |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        fl = r["flops"]
+        out.append(
+            f"| {r['profile']}, {r['agent']} | {r['flops_per_episode'] / 1e9:.0f} | {fl['value_pass'] / 1e9:.0f} | "
+            f"{fl['update'] / 1e6:.0f} | {r['achieved_flop_per_s'] / 1e9:.1f} | "
+            f"{r['value_pass_flop_per_s'] / 1e9:.1f} | "
+            f"{r['update_flop_per_s'] / 1e9:.1f} | {r['fraction_of_matmul_peak']:.2f} |"
+        )
+    return out + [""]
+
+
+def growth(doc) -> list[str]:
+    out = ["### Cost growth", "", f"`{doc['command']}`.", ""]
+    if "rows" in doc:
+        out += [
+            "| rows | value pass s | critic precompute s | critic-free precompute s | selection s (per round) |",
+            "|---|---|---|---|---|",
+        ]
+        for r in doc["rows"]:
+            out.append(
+                f"| {r['rows']:,} | {r['value_pass_s']:.3f} | {r['precompute_critic_s']:.4f} | "
+                f"{r['precompute_mc_s']:.4f} | {r['selection_s']:.4f} |"
+            )
+        sl = doc["rows_slopes"]
+        out += [
+            "",
+            "Log-log slopes against rows (1 = linear): " + ", ".join(f"{k[:-2]} {f(v)}" for k, v in sl.items()),
+            "",
+        ]
+    if "adapt" in doc:
+        out += ["| N | width | one round's adapt s | ms per step |", "|---|---|---|---|"]
+        for r in doc["adapt"]["N"] + doc["adapt"]["width"]:
+            out.append(f"| {r['N']} | {r['width']} | {r['adapt_s']:.3f} | {r['per_step_ms']:.2f} |")
+        out += ["", f"Slopes: against N {f(doc.get('N_slope'))}, against width {f(doc.get('width_slope'))}.", ""]
+    if "K" in doc:
+        out += ["| K | batch of 5 episodes, s | env steps | rounds run | success |", "|---|---|---|---|---|"]
+        for r in doc["K"]:
+            out.append(f"| {r['K']} | {r['batch_s']:.2f} | {r['steps']} | {r['rounds_run']} | {f(r['success'])} |")
+        out.append("")
+    return out
+
+
+def scale_out(doc) -> list[str]:
+    out = [
+        "### Scale-out",
+        "",
+        f"`{doc['command']}`; variant {doc['variant']}, success {doc['success_mean']:.2f}.",
+        "",
+        "| configuration | devices | episodes | first call s (with compile) | second call s | same as 1 device |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in doc["runs"]:
+        kind = r["kind"] + (f" (process {r['pid']})" if r["processes"] > 1 else "")
+        out.append(
+            f"| {kind} | {r['devices']} | {r['episodes']} | {r['first_s']:.1f} | {r['second_s']:.1f} | "
+            f"{r['same_as_1_device']} |"
+        )
+    return out + [""]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path("benchmarks/results/speed"))
+    args = ap.parse_args()
+    md: list[str] = []
+    same25 = lambda d: throughput(d, "### The same 25 episodes through all three drivers")  # noqa: E731
+    for name, fn in (
+        ("throughput25", same25),
+        ("throughput", throughput),
+        ("latency", latency),
+        ("growth", growth),
+        ("scale_out", scale_out),
+    ):
+        p = args.dir / f"{name}.json"
+        if p.exists():
+            md += fn(json.loads(p.read_text()))
+    text = "\n".join(md)
+    (args.dir / "speed.md").write_text(text)
+    res = Path("benchmarks/RESULTS.md")
+    s = res.read_text()
+    a, b = "<!-- speed -->", "<!-- /speed -->"
+    if a in s and b in s:
+        s = s[: s.index(a) + len(a)] + "\n" + text + "\n" + s[s.index(b) :]
+        res.write_text(s)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
