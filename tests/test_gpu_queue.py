@@ -1,4 +1,4 @@
-"""benchmarks/gpu/gpu_queue.sh (issue 38): its CPU dry run runs every step of the queue with tiny sizes in a scratch
+"""benchmarks/gpu_queue.sh (issue 38): its CPU dry run runs every step of the queue with tiny sizes in a scratch
 directory and records each in queue.json; a broken step, a broken benchmark it calls or a broken pipeline fails
 here. Its figures are not checked (tiny sizes on a CPU say nothing); that every step ran and wrote its file is."""
 

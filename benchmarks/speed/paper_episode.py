@@ -12,7 +12,7 @@ episode runs through `ttt.evaluate` (compiled driver, one episode); the first ca
 `--repeats` calls reuse the program and are the figure. Pieces are timed on their own in the same process: the
 value pass (`prepare`, once per episode) and one update (the N-step fine-tuning scan / N).
 
-`--batch B` (a multiple of 5; `benchmarks/gpu/gpu_queue.sh` runs it on a GPU): each call runs B episodes (tasks 1-5 x
+`--batch B` (a multiple of 5; `benchmarks/gpu_queue.sh` runs it on a GPU): each call runs B episodes (tasks 1-5 x
 B / 5 episodes) as ONE program (one compiled batch), and the figure is the call's wall time amortised over its B
 episodes. `--N`, `--K`, `--max-steps` and `--dir` shrink it for a dry run.
 """

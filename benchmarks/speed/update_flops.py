@@ -3,7 +3,7 @@
     python benchmarks/speed/update_flops.py [--speed benchmarks/results/speed/ttt_speed_idle.json]
         [--out benchmarks/results/speed/update_flops.json] [--time STEPS] [--dir DIR]
 
-With `--time STEPS` (what `benchmarks/gpu/gpu_queue.sh` runs on a GPU) the updates are also timed here, in this
+With `--time STEPS` (what `benchmarks/gpu_queue.sh` runs on a GPU) the updates are also timed here, in this
 process (random weights, a `make_finetune` scan of STEPS updates, best of 3 calls after one compiling call), the
 device's peak is measured as the rate of one large float32 matmul (8192^3 on a GPU, 2048^3 on a CPU, JAX's default
 precision), and each update's share of both rates is recorded; `--speed` is then not read.

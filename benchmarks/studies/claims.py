@@ -1,6 +1,6 @@
 """The claims table (issue 17): each insight of the paper and appendix table, the paper's figure, ours, a verdict.
 
-    python benchmarks/claims.py [--write benchmarks/RESULTS.md]
+    python benchmarks/studies/claims.py [--write benchmarks/RESULTS.md]
 
 Each claim compares two finished evaluation records (a reference row A and a treatment row B) found by glob under
 benchmarks/results/: pipeline records (`OUT/evals/NAME-KEY.json`) or `ttt eval --json` files (`variants`). Ours:
@@ -73,10 +73,10 @@ def command(path: Path, d: dict) -> str:
     """The command that writes this record: for a pipeline record (`OUT/evals/NAME-KEY.json`), `ttt run PIPELINE
     --only NAME --out OUT` with a `--set` for every key on which the record's run differs from the pipeline file's
     (e.g. `episodes=2` for a 30-episode screen); a record of another machine says which; a `ttt eval --json` file of
-    `benchmarks/ttt_rows.py`, that script."""
+    `benchmarks/studies/ttt_rows.py`, that script."""
     rel = path.relative_to(ROOT).as_posix()
     if path.parent.name != "evals" or "run" not in d:
-        return f"`python benchmarks/ttt_rows.py` ({rel})"
+        return f"`python benchmarks/studies/ttt_rows.py` ({rel})"
     out = path.parent.parent
     name = d["run"]["name"]
     try:
@@ -159,7 +159,7 @@ def _merge_commands(a: str, b: str) -> str:
     """One `ttt run` for both rows when they differ only in `--only` (the usual pair), else both commands."""
     if a == b:
         return a
-    tr = "`python benchmarks/ttt_rows.py` ("
+    tr = "`python benchmarks/studies/ttt_rows.py` ("
     if a.startswith(tr) and b.startswith(tr):
         return f"{tr}{a[len(tr):-1]}, {b[len(tr):-1]})"
     pat = re.compile(r'--only "([^"]*)"')
@@ -177,7 +177,8 @@ GPU = "cpu profile, H100"
 
 
 STITCH_MC = ("every Monte-Carlo return of the relevant rows at the task starts is -100 on stitch (none reaches the "
-             "goal within its episode: benchmarks/noise_scale.py), so the top 5% is a random draw of nearby rows; ")
+             "goal within its episode: benchmarks/analyses/noise_scale.py), so the top 5% is a random draw of nearby "
+             "rows; ")
 # Why an appendix point differs from the paper (GC-BC navigate, critic-free, 30 episodes per point), by record name.
 WHY_APPENDIX = {
     "nav-steps-N400-lr0.0003": "-0.07 on 30 episodes (p 0.16 over episodes): a direction that 30 episodes cannot "
@@ -189,8 +190,9 @@ WHY_APPENDIX = {
                        "paper's ablation is on antmaze, a larger maze",
     "nav-noise-noise_alpha0.1": "sigma is alpha x the mean absolute value, about 10 for Monte-Carlo returns near "
                                 "-100, 2.8-5.5 times their spread among the relevant rows (1.8-3.6), so it "
-                                "reshuffles the top 5% (keeps 16-31% of it: benchmarks/noise_scale.py); with the "
-                                "oracle critic's graded values on stitch alpha 0.1 is no difference, as in the paper",
+                                "reshuffles the top 5% (keeps 16-31% of it: benchmarks/analyses/noise_scale.py); "
+                                "with the oracle critic's graded values on stitch alpha 0.1 is no difference, as in "
+                                "the paper",
 }
 # Why a GC-IQL learning-curve point differs from the paper, by (thousands of updates, data, variant).
 WHY_CURVE = {
@@ -203,7 +205,7 @@ WHY_CURVE = {
     (30, "nav", "ttt"): "no GC-IQL navigate point gains with a critic at 10k, 30k or 100k updates; the paper's "
                         "fixed-setting gain (+0.06) is itself under two of its s.e.",
     (30, "stitch", "ttt"): "it loses task 2 (0.43 -> 0.00) although the kept spans end nearer the goal than the "
-                           "candidates (oracle 88 against 113 steps: benchmarks/selection_study.py --per-task)",
+                           "candidates (oracle 88 against 113 steps: benchmarks/studies/selection_study.py --per-task)",
 }
 
 
@@ -380,8 +382,8 @@ def claims() -> list[Claim]:
                 Row(f"{AB}/stitch-oracle-horizon-H{h}", label=f"H {h}"), expect="none",
                 partly="" if h <= 50 else "the paper compares dynamic H with a hand-selected fixed H (here the best, H "
                        "25, is no different); with a long H the top 5% are spans cut short by their episode's end "
-                       "(5 rows on average, no progress to the goal: benchmarks/horizon_spans.py), which lose less "
-                       "return than play data's long, wandering spans")
+                       "(5 rows on average, no progress to the goal: benchmarks/analyses/horizon_spans.py), which "
+                       "lose less return than play data's long, wandering spans")
           for h in (10, 25, 50, 100, 200)],
         # Appendix value-based relevance: the reward-based ball against V(s | s_1) > C with the checkpoint's own
         # learned critic, on the same checkpoint, seeds and episodes (the reference row has the default row's

@@ -1,6 +1,6 @@
 """The paper's Table 1 beside ours (issue 37): one line per (environment, dataset, backbone).
 
-    python benchmarks/table1.py [--write benchmarks/RESULTS.md]
+    python benchmarks/studies/table1.py [--write benchmarks/RESULTS.md]
 
 Each cell is a finished evaluation record under benchmarks/results/ (found as `claims.py` finds them: the record with
 the most episodes, then the newest): mean +- s.e. over the training seeds of each seed's success rate. `episodes` is

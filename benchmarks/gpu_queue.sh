@@ -15,22 +15,22 @@
 # tree once unpacked) records each step's state and seconds, so the next call, or the next session, goes on.
 #
 # On the device machine (the lead's checkout, with the wheels in .whl/: ogbench, mujoco, gymnasium and what they
-# need beyond the image's packages, as for benchmarks/gpu/gpu_pipeline.sh), from the session, again until it prints
+# need beyond the image's packages, as for benchmarks/gpu_pipeline.sh), from the session, again until it prints
 # "queue: complete" (calls in quick succession keep the warm machine and its checkpoints):
-#   run(command="bash benchmarks/gpu/gpu_queue.sh 570", carry=[".whl"], timeout_s=600)
+#   run(command="bash benchmarks/gpu_queue.sh 570", carry=[".whl"], timeout_s=600)
 #   then here: tar xzf <files_at>/results.tgz   (in the repository root), and commit benchmarks/results/gpu/
 # Here, on a CPU, every step with tiny sizes in a scratch directory (what tests/test_gpu_queue.py runs):
-#   bash benchmarks/gpu/gpu_queue.sh --dry-run [SCRATCH]
-#   bash benchmarks/gpu/gpu_queue.sh --plan          # the steps, their budgets and what queue.json says is done
+#   bash benchmarks/gpu_queue.sh --dry-run [SCRATCH]
+#   bash benchmarks/gpu_queue.sh --plan          # the steps, their budgets and what queue.json says is done
 set -u -o pipefail
-cd "$(dirname "$0")/../.." || exit 2
+cd "$(dirname "$0")/.." || exit 2
 TOTAL_S=${GPU_QUEUE_TOTAL_S:-2400}  # device seconds for the whole queue (40 minutes)
 mode=run budget=570
 case "${1:-}" in
   --dry-run) mode=dry; scratch=${2:-$(mktemp -d)} ;;
   --plan) mode=plan ;;
   "") ;;
-  *[!0-9]*) echo "usage: bash benchmarks/gpu/gpu_queue.sh [BUDGET_S | --dry-run [SCRATCH] | --plan]" >&2; exit 2 ;;
+  *[!0-9]*) echo "usage: bash benchmarks/gpu_queue.sh [BUDGET_S | --dry-run [SCRATCH] | --plan]" >&2; exit 2 ;;
   *) budget=$1 ;;
 esac
 t0=$(date +%s)

@@ -3,8 +3,8 @@
 # machines): install the carried wheels of ogbench/mujoco/mujoco-mjx/gymnasium, generate the pointmaze datasets with
 # every core, run the pipeline inside a time budget, and pack what changed under OUTDIR (new evaluation records,
 # results, trajectories) into $OUT/results.tgz. Checkpoints stay on the machine (12 MB each).
-#   bash benchmarks/gpu/gpu_pipeline.sh BUDGET_S PIPELINE OUTDIR ONLY [ttt run options...]
-#   e.g. bash benchmarks/gpu/gpu_pipeline.sh 540 learning-curves benchmarks/results/learning-curves "gcbc-*" --set chunk=30
+#   bash benchmarks/gpu_pipeline.sh BUDGET_S PIPELINE OUTDIR ONLY [ttt run options...]
+#   e.g. bash benchmarks/gpu_pipeline.sh 540 learning-curves benchmarks/results/learning-curves "gcbc-*" --set chunk=30
 set -u
 budget=$1 pipeline=$2 outdir=$3 only=$4
 shift 4
