@@ -15,11 +15,18 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ttt import select as _select
+from ttt.agents import get_backbone
+from ttt.data.files import load
+from ttt.data.specs import get_spec
+from ttt.envs import has_jax_env, make_env
+from ttt.envs.gym import max_episode_steps
 from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
-from ttt.select import SelectConfig
+from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
+from ttt.select import IGNORED_BY_RULE, SelectConfig
 
 VARIANTS = ("base", "ttt", "ttt-mc")  # base policy; GC-TTT ranking by the critic; GC-TTT without a critic
 
@@ -74,7 +81,6 @@ def make_setup(
         raise TttError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if variant == "base":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms)
-    from ttt.agents import get_backbone
 
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
@@ -118,7 +124,6 @@ def make_setup(
         finetune_backbone_config(backbone, cfg, ttt.finetune)
     except ValueError as e:
         raise TttError(str(e)) from None
-    from ttt import select as _select
 
     if transforms.select not in (_select.select, _select.select_ctx) and ttt.select.rule_used != "paper":
         why = "" if rule is not None else f" (the default of variant {variant})"
@@ -154,12 +159,6 @@ def load_run(
     A setting that is not one of `make_setup`'s, or that the variant's selection rule does not read (`q` under
     rule 'episodes', ...: `ttt.select.IGNORED_BY_RULE`), raises `TttError` naming it and the valid ones.
     """
-    from ttt.data.files import load
-    from ttt.data.specs import get_spec
-    from ttt.envs import has_jax_env, make_env
-    from ttt.envs.gym import max_episode_steps
-    from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
-
     _check_settings(settings)
     meta = read_meta(checkpoint)
     dataset = meta["dataset"] if dataset is None else dataset
@@ -198,8 +197,6 @@ def _check_settings(settings: dict) -> None:
 def check_read_by_rule(setup: EvalSetup, names, label: Callable[[str], str] = str) -> None:
     """Refuse settings in `names` that the setup's selection rule does not read (they would silently change
     nothing): `q` under rule 'episodes', `n_episodes` under 'paper', ... (`ttt.select.IGNORED_BY_RULE`)."""
-    from ttt.select import IGNORED_BY_RULE
-
     if setup.ttt is None:
         return
     rule = setup.ttt.select.rule_used

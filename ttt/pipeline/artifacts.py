@@ -8,6 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ttt.envs.gym import make_gym_env
+from ttt.envs.oracle import has_oracle, maze_oracle
+from ttt.episode import make_round_fns, round_keys
+from ttt.evaluate import episode_batch
+from ttt.select import round_spans
 from ttt.storage import atomic_save_npz
 
 
@@ -50,10 +55,6 @@ def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: P
     import jax
     import jax.numpy as jnp
 
-    from ttt.envs.gym import make_gym_env
-    from ttt.episode import make_round_fns, round_keys
-    from ttt.evaluate import episode_batch
-
     ttt = setup.ttt
     prepare, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, ttt, setup.transforms)
     agent0 = jax.tree.map(lambda x: x[0] if hasattr(x, "shape") and x.ndim > 0 else x, agents)
@@ -61,7 +62,6 @@ def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: P
     eb = episode_batch(run["eval_seed"], n_seeds, (task,), n_eps)
     ttt_key = eb.ttt_keys[e * n_seeds]  # the grid is episode-major, seed fastest
     start, goal = jnp.asarray(res.starts[0, 0, e]), jnp.asarray(res.goals[0, 0, e])
-    from ttt.envs.oracle import has_oracle, maze_oracle
 
     oracle = maze_oracle(setup.spec.env_id) if has_oracle(setup.spec.env_id) else None
     tables = jax.jit(prepare)(agent0, data, goal, oracle)
@@ -72,7 +72,6 @@ def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: P
 
     @jax.jit
     def round_mask(key, tables, data, state):  # the dataset is an argument, never a captured constant
-        from ttt.select import round_spans
 
         rel = setup.transforms.relevance(tables, data, setup.spec.goal_coords(state), sel, setup.spec.goal_eps, None)
         return round_spans(key, tables, data, rel, sel, setup.transforms.select)

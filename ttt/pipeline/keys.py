@@ -13,8 +13,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ttt.data.files import default_dir
+from ttt.data.specs import get_spec
 from ttt.pipeline.config import EVAL_KEYS, LATE_EVAL_KEYS, RUN_KEYS, effective_rule
-from ttt.storage import digest
+from ttt.presets import get_profile, make_configs
+from ttt.pretrain import config_dict, read_meta
+from ttt.storage import digest, file_sha256
 
 
 def cache_root(cache: str | os.PathLike | None = None) -> Path:
@@ -23,8 +27,6 @@ def cache_root(cache: str | os.PathLike | None = None) -> Path:
 
 def data_dir(run: dict, cache: Path) -> Path:
     """Where the run's dataset lives: `data_dir`, OGBench's directory at full size, else the cache."""
-    from ttt.data.files import default_dir
-
     if run["data_dir"] is not None:
         return Path(run["data_dir"]).expanduser()
     if run["data_episodes"] is None:
@@ -33,21 +35,14 @@ def data_dir(run: dict, cache: Path) -> Path:
 
 
 def train_configs(run: dict):
-    from ttt.data.specs import get_spec
-    from ttt.presets import make_configs
-
     return make_configs(run["agent"], get_spec(run["dataset"]), run["profile"], dict(run["agent_config"]))
 
 
 def train_steps(run: dict) -> int:
-    from ttt.presets import get_profile
-
     return get_profile(run["profile"]).steps if run["steps"] is None else run["steps"]
 
 
 def checkpoint_key(run: dict, data_hash: str) -> str:
-    from ttt.pretrain import config_dict
-
     cfg, sampler = train_configs(run)
     return digest(
         dict(
@@ -76,8 +71,6 @@ BASE_EVAL_KEYS = ("episodes", "tasks", "eval_seed", "driver", "backend")  # all 
 def checkpoint_identity(ckpt: Path, meta: dict) -> dict:
     """What a checkpoint is, by content: the sha256 of its state file (not its path: a moved run directory keeps
     its evaluations), its step and the data it was trained on."""
-    from ttt.storage import file_sha256
-
     state = meta.get("state_sha256") or file_sha256(Path(ckpt) / meta["state_file"])
     return dict(state=state, step=meta["step"], dataset_hash=meta.get("dataset_hash"))
 
@@ -85,8 +78,6 @@ def checkpoint_identity(ckpt: Path, meta: dict) -> dict:
 def eval_key(run: dict, ckpt: Path) -> str:
     """The evaluation's content key: the checkpoint's content and the settings the row depends on (a base row
     does not depend on the TTT settings)."""
-    from ttt.pretrain import read_meta
-
     ck = checkpoint_identity(ckpt, read_meta(ckpt))
     keys = BASE_EVAL_KEYS if run["variant"] == "base" else EVAL_KEYS
     settings = {k: run[k] for k in keys if k not in LATE_EVAL_KEYS or run[k] != RUN_KEYS[k].default}
@@ -100,6 +91,4 @@ def eval_key(run: dict, ckpt: Path) -> str:
 
 
 def env_id(run: dict) -> str:
-    from ttt.data.specs import get_spec
-
     return get_spec(run["dataset"]).env_id

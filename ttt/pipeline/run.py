@@ -15,7 +15,8 @@ from ttt.pipeline.keys import cache_root
 from ttt.pipeline.report import rows, table_md, write_report, write_results
 from ttt.pipeline.settings import validate_run
 from ttt.pipeline.stages import BarFactory, Echo, EnvCache, ensure_checkpoint, ensure_data, evaluate_run, load_data
-from ttt.storage import atomic_write_text, dumps, locked, read_json
+from ttt.pretrain import dataset_hash
+from ttt.storage import atomic_write_text, dumps, locked, read_json, writable_dir
 
 STAGES = ("data", "pretrain", "eval")
 
@@ -40,9 +41,6 @@ def run_pipeline(
 
     `all_names`: the names of every run of the pipeline when `pipe` holds only some of them (`--only`): the rows of
     the others already in `OUT/results.json` are kept there, in the pipeline's order."""
-    from ttt.pretrain import dataset_hash
-    from ttt.storage import writable_dir
-
     bad = [s for s in stages if s not in STAGES]
     if bad:
         raise TttError(f"unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")

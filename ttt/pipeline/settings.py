@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import dataclasses
 
+from ttt.agents import get_backbone
+from ttt.data.generate import generation_bytes
+from ttt.data.specs import get_spec
 from ttt.envs.gym import max_episode_steps
+from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
+from ttt.evaluate import EvalSetup
+from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.pipeline.config import effective_rule
 from ttt.pipeline.keys import train_configs
+from ttt.presets import get_agent
+from ttt.pretrain import backbone_config, sampler_config
+from ttt.select import SelectConfig, select
+from ttt.storage import check_memory
 
 
 def relevance_everywhere(ctx):
@@ -22,8 +32,6 @@ def select_random_rank(ctx):
     instead of returns."""
     import jax
 
-    from ttt.select import select
-
     k_score, k_sel = jax.random.split(ctx.key)
     tables = ctx.tables
     scores = jax.random.uniform(k_score, tables.returns.shape, tables.returns.dtype)
@@ -32,20 +40,11 @@ def select_random_rank(ctx):
 
 def make_eval_setup(run: dict, meta: dict, max_steps: int):
     """The `EvalSetup` of a run (None TTT config for variant 'base')."""
-    from ttt.data.specs import get_spec
-    from ttt.episode import Transforms, TTTConfig
-    from ttt.evaluate import EvalSetup
-    from ttt.finetune import FinetuneConfig, finetune_backbone_config
-    from ttt.pretrain import backbone_config, sampler_config
-    from ttt.select import SelectConfig
-
     spec = get_spec(run["dataset"])
     cfg, sampler = backbone_config(meta), sampler_config(meta)
     where = f"run {run['name']}"
     ttt, transforms = None, Transforms()
     if run["variant"] != "base":
-        from ttt.agents import get_backbone
-
         if not 1 <= run["K"] <= max_steps:
             raise TttError(
                 f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}"
@@ -83,10 +82,6 @@ def validate_run(run: dict) -> None:
     """Everything about a run that can be checked before any data or training: the backbone config overrides
     (keys, types, ranges), and for TTT rows the period K against the episode length and the need for a value
     function. `ttt run --dry-run` runs it on every run, and `ttt run` before the first stage."""
-    from ttt.agents import get_backbone
-    from ttt.data.specs import get_spec
-    from ttt.finetune import FinetuneConfig, finetune_backbone_config
-
     where = f"run {run['name']}"
     try:
         cfg, _ = train_configs(run)
@@ -114,9 +109,6 @@ def validate_run(run: dict) -> None:
 
 def _check_sizes(run: dict, spec, max_steps: int, where: str) -> None:
     """Sizes the machine's memory cannot hold (data_episodes, episodes x tasks x seeds), refused before any stage."""
-    from ttt.data.generate import generation_bytes
-    from ttt.storage import check_memory
-
     if run["data_episodes"] is not None:
         check_memory(generation_bytes(spec, run["data_episodes"]), f"{where}: data_episodes = {run['data_episodes']}",
                      f"ask for fewer (OGBench's size: {spec.episodes})")  # fmt: skip
@@ -126,6 +118,4 @@ def _check_sizes(run: dict, spec, max_steps: int, where: str) -> None:
 
 
 def get_agent_backbone(agent: str) -> str:
-    from ttt.presets import get_agent
-
     return get_agent(agent).backbone

@@ -12,20 +12,25 @@ from typing import Any
 
 import numpy as np
 
+from ttt.data.expert import NumpyExpert, load_actor
+from ttt.data.files import load
+from ttt.data.generate import generate as gen
+from ttt.data.specs import get_spec
+from ttt.envs import has_jax_env, make_env
 from ttt.envs.gym import max_episode_steps
 from ttt.errors import TttError
+from ttt.evaluate import evaluate
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, data_dir, env_id, eval_key, train_configs, train_steps
 from ttt.pipeline.settings import make_eval_setup
-from ttt.storage import atomic_save_npz, atomic_write_text, dumps, read_json
+from ttt.pretrain import check_compatible, config_dict, load_checkpoint, pretrain, read_meta, verify_checkpoint
+from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, read_json
 
 Echo = Callable[[str], None]
 BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
 
 
 def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: Echo) -> Path:
-    from ttt.data.specs import get_spec
-
     spec = get_spec(run["dataset"])
     episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
     d = data_dir(run, cache)
@@ -56,7 +61,6 @@ def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: E
             f"dataset {what} is missing from {d} and is generated with an ant expert: set the run key expert to "
             "an expert.pkl (train one with `ttt expert train ant`)"
         )
-    from ttt.data.generate import generate as gen
 
     echo(f"  data: generating {what} into {d}")
     d.mkdir(parents=True, exist_ok=True)
@@ -66,16 +70,12 @@ def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: E
 
 
 def _expertdigest(path: str) -> str:
-    from ttt.data.expert import NumpyExpert, load_actor
-
     return NumpyExpert(load_actor(path)[0]).digest()
 
 
 def load_data(run: dict, d: Path, cache: Path, generate: bool, bar: BarFactory, echo: Echo):
     """Load the run's dataset; a corrupt copy in the cache (unreadable, or its checksum differs) is reported and
     generated again. Datasets outside the cache (data_dir, OGBench's directory) are the user's: an error."""
-    from ttt.data.files import load
-
     try:
         return load(run["dataset"], d)
     except TttError as e:
@@ -83,8 +83,6 @@ def load_data(run: dict, d: Path, cache: Path, generate: bool, bar: BarFactory, 
         if not (in_cache and generate):
             raise
         echo(f"  data: cached dataset is corrupt ({e}); generating it again")
-    from ttt.data.generate import generate as gen
-    from ttt.data.specs import get_spec
 
     spec = get_spec(run["dataset"])
     episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
@@ -95,8 +93,6 @@ def load_data(run: dict, d: Path, cache: Path, generate: bool, bar: BarFactory, 
 
 
 def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Path:
-    from ttt.pretrain import check_compatible, pretrain, read_meta
-
     out = checkpoint_dir(run, cache, data_hash)
     steps = train_steps(run)
     if run["checkpoint"] is not None:
@@ -109,8 +105,6 @@ def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool,
         check_compatible(meta, run["dataset"], data.obs_dim, data.action_dim, str(out), data_hash)
         return out
     if (out / "meta.json").exists():
-        from ttt.pretrain import verify_checkpoint
-
         try:
             verify_checkpoint(out)
             if read_meta(out).get("step", 0) >= steps:
@@ -159,9 +153,6 @@ def shorter_checkpoint(run: dict, out: Path, data_hash: str, steps: int) -> Path
     continuing a 10k-step checkpoint to 30k gives the 30k-step checkpoint itself (tested bit for bit): a learning
     curve pays for its longest point only. Same agent, configs, sampler, seeds, seed and data content are required.
     """
-    from ttt.pretrain import config_dict, read_meta, verify_checkpoint
-    from ttt.storage import dumps
-
     cfg, sampler = train_configs(run)
     want = dumps(dict(agent=run["agent"], config=config_dict(cfg), sampler=config_dict(sampler), seeds=run["seeds"],
                       seed=run["train_seed"], dataset_hash=data_hash), sort_keys=True)  # fmt: skip
@@ -186,9 +177,6 @@ def copy_checkpoint(src: Path, out: Path) -> None:
     """Copy a checkpoint's state file, then its meta.json (written last: a copy cut short is no checkpoint)."""
     import shutil
 
-    from ttt.pretrain import read_meta
-    from ttt.storage import atomic_write_bytes
-
     meta = read_meta(src)
     out.mkdir(parents=True, exist_ok=True)
     with open(src / meta["state_file"], "rb") as f_in:
@@ -203,8 +191,6 @@ class EnvCache:
         self._envs: dict = {}
 
     def get(self, env_id: str, backend: str):
-        from ttt.envs import make_env
-
         if (env_id, backend) not in self._envs:
             self._envs[(env_id, backend)] = make_env(env_id, backend=backend)
         return self._envs[(env_id, backend)]
@@ -229,10 +215,6 @@ def evaluate_run(
 
     A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
     cache directory of records that every pipeline writes to), is reused instead of evaluated again."""
-    from ttt.envs import has_jax_env
-    from ttt.evaluate import evaluate
-    from ttt.pretrain import load_checkpoint, read_meta
-
     key = eval_key(run, ckpt)
     record_path = out / "evals" / f"{run['name']}-{key}.json"
     if record_path.exists():
