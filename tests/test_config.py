@@ -170,7 +170,7 @@ def test_bad_distributed_environment_is_one_line(monkeypatch, capsys):
 
 
 def test_antmaze_data_stage_needs_an_expert(tmp_path):
-    from ttt.pipeline import ensure_data
+    from ttt.pipeline import ensure_data, plan_run
 
     p = write(tmp_path, '[defaults]\ndataset = "antmaze-medium-stitch-v0"\ndata_episodes = 2\n[[run]]\n')
     run = load_pipeline(p).runs[0]
@@ -180,6 +180,6 @@ def test_antmaze_data_stage_needs_an_expert(tmp_path):
         raise AssertionError("nothing may be generated")
 
     with pytest.raises(TttError, match="set the run key expert to an expert.pkl"):
-        ensure_data(run, tmp_path / "cache", True, bar, lambda s: None)
+        ensure_data(plan_run(run, tmp_path / "cache"), True, bar, lambda s: None)
     with pytest.raises(TttError, match="the 'data' stage produces it"):
-        ensure_data(run, tmp_path / "cache", False, bar, lambda s: None)
+        ensure_data(plan_run(run, tmp_path / "cache"), False, bar, lambda s: None)

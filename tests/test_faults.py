@@ -16,6 +16,7 @@ import json
 import os
 import threading
 import time
+import types
 from pathlib import Path
 
 import equinox as eqx
@@ -214,11 +215,11 @@ def test_two_only_runs_into_one_out_at_once_keep_both_rows(tmp_path, capsys, mon
     argv = ["run", str(tmp_path / "two.toml"), "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache")]
     real = prun.evaluate_run
 
-    def a_while_b_runs(run, *args, **kw):
-        if run["name"] == "a":
+    def a_while_b_runs(plan, *args, **kw):
+        if plan.name == "a":
             monkeypatch.setattr(prun, "evaluate_run", real)
             assert main([*argv, "--only", "b"]) == 0  # the other invocation, finishing first
-        return real(run, *args, **kw)
+        return real(plan, *args, **kw)
 
     monkeypatch.setattr(prun, "evaluate_run", a_while_b_runs)
     assert main([*argv, "--only", "a"]) == 0
@@ -416,17 +417,17 @@ def test_quickstart_draws_every_gcttt_row_and_a_later_task_fills_the_missing_out
     assert all(r["figure"] for r in pipe.runs if r["variant"] != "base")
     calls = []
 
-    def fake(run, setup, agents, data, res, e, path, max_segments, task):
+    def fake(seed, setup, agents, data, res, e, path, max_segments, task):
         calls.append((task, path.name))
         path.write_text("x")
 
     monkeypatch.setattr(artifacts, "_save_episode_selection", fake)
-    run = dict(tasks=[1, 2, 3])
+    ev = types.SimpleNamespace(tasks=(1, 2, 3), seed=0)  # the run's EvalPlan, as far as the figure reads it
     res = lambda s: dataclasses.make_dataclass("R", ["success"])(np.array(s, float).reshape(1, 1, -1))  # noqa: E731
     path = tmp_path / "row.npz"
-    artifacts.save_selection_figure(run, None, None, None, res([0, 0]), path, task=1)  # task 1: failures only
-    artifacts.save_selection_figure(run, None, None, None, res([0, 1]), path, task=2)  # task 2: the success
-    artifacts.save_selection_figure(run, None, None, None, res([1, 0]), path, task=3)  # both there: nothing
+    artifacts.save_selection_figure(ev, None, None, None, res([0, 0]), path, task=1)  # task 1: failures only
+    artifacts.save_selection_figure(ev, None, None, None, res([0, 1]), path, task=2)  # task 2: the success
+    artifacts.save_selection_figure(ev, None, None, None, res([1, 0]), path, task=3)  # both there: nothing
     assert calls == [(1, "row.failure.npz"), (2, "row.success.npz")]
 
 

@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ttt import select as sel
+from ttt.agents import get_backbone
 from ttt.errors import TttError
 from ttt.select import GoalTables, Selection
 
@@ -55,8 +57,6 @@ def _describe(tree) -> str:
 def check_agents(agents, backbone: str, cfg, obs_dim: int, action_dim: int, *, stacked: bool = True) -> int:
     """That `agents` are agents of `backbone` under `cfg` for `obs_dim` observations and `action_dim` actions (the
     same networks, leaf for leaf), seed-stacked on a leading axis when `stacked`; returns the number of seeds."""
-    from ttt.agents import get_backbone
-
     like = eqx.filter_eval_shape(get_backbone(backbone).init, jax.random.key(0), obs_dim, action_dim, cfg)
     if type(agents) is not type(like):
         raise TttError(f"agents: got {_describe(agents)}, but the setup's backbone is {backbone} ({_describe(like)}); "
@@ -137,8 +137,6 @@ class CheckedTransform:
 
 
 def _builtins() -> dict[str, tuple[Callable, Callable]]:
-    from ttt import select as sel
-
     return {"precompute": (sel.precompute, sel.precompute_ctx), "relevance": (sel.relevance, sel.relevance_ctx),
             "select": (sel.select, sel.select_ctx), "weights": (sel.train_weights, sel.weights_ctx)}  # fmt: skip
 

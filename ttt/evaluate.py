@@ -20,9 +20,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ttt.checks import check_agents, check_tasks, check_vector, positional_slots
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
+from ttt.envs import has_jax_env
+from ttt.envs import make_env as make_jax_env
 from ttt.envs.gym import make_gym_env, seed_env
+from ttt.envs.oracle import has_oracle, maze_oracle
 from ttt.episode import (
     Transforms,
     TTTConfig,
@@ -32,11 +36,14 @@ from ttt.episode import (
     make_episodes,
     make_round_fns,
     n_rounds,
+    round_keys,
     ttt_batch,
 )
 from ttt.errors import TttError
 from ttt.hparams import TRACED, HParams, defaults, make_hparams
 from ttt.hparams import stack as stack_hparams
+from ttt.select import IGNORED_BY_RULE
+from ttt.storage import check_memory
 
 OGBENCH_TASKS = 5  # evaluation tasks of every OGBench environment this project uses (ids 1..5)
 
@@ -201,8 +208,6 @@ def program_setup(setup: EvalSetup) -> EvalSetup:
     values: the compiled program reads them from its `params` argument, so setups that differ only in them share
     one program. Setups with a transform of the old positional arguments keep theirs (such a transform may read
     `cfg.q`, ...)."""
-    from ttt.checks import positional_slots
-
     if setup.ttt is None or positional_slots(setup.transforms):
         return setup
     ttt = setup.ttt
@@ -318,10 +323,6 @@ def run_host(
     the jitted batch `prepare` / `adapt` / `act`. Episodes come from the in-program environment's `reset_draws`
     with the same reset keys, imposed on the gymnasium env (`Env.impose`), where one exists (so both paths face the
     same episodes), else from the gymnasium reset seeded per (task, episode)."""
-    from ttt.envs import has_jax_env
-    from ttt.envs import make_env as make_jax_env
-    from ttt.episode import round_keys
-
     prepare_b, adapt_b, act_b, base_b = fns or make_host_fns(setup)
     B, L = len(batch), setup.max_steps
     K = L if setup.ttt is None else setup.ttt.K
@@ -480,16 +481,12 @@ def evaluate(
         raise TttError(f"episodes (per task and seed) must be an int >= 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**63:
         raise TttError(f"seed (the evaluation seed) must be an int in [0, 2^63), got {seed!r}")
-    from ttt.checks import check_agents, check_tasks
-    from ttt.envs.oracle import has_oracle, maze_oracle
 
     spec = setup.spec
     if (data.obs_dim, data.action_dim) != (spec.ob_dim, spec.action_dim):
         raise TttError(f"data: observations of {data.obs_dim} and actions of {data.action_dim}, but the setup's "
                        f"dataset {spec.name} has {spec.ob_dim} and {spec.action_dim}; load that dataset")  # fmt: skip
     if driver == "compiled" and env is None:
-        from ttt.envs import make_env as make_jax_env
-
         env = make_jax_env(spec.env_id, backend=setup.backend)
     if env is not None and (env.obs_dim, env.action_dim) != (spec.ob_dim, spec.action_dim):
         raise TttError(f"env: {env.env_id} has observations of {env.obs_dim} and actions of {env.action_dim}, but the "
@@ -597,8 +594,6 @@ def eval_bytes(setup: EvalSetup, n_episodes: int) -> int:
 
 def check_eval_memory(setup: EvalSetup, n_episodes: int) -> None:
     """Refuse, before anything runs, an evaluation whose results the machine's memory cannot hold."""
-    from ttt.storage import check_memory
-
     check_memory(eval_bytes(setup, n_episodes), f"evaluating {n_episodes} episodes ({setup.max_steps} steps each)",
                  "ask for fewer episodes or tasks (episodes are per task and seed), or evaluate in parts")  # fmt: skip
 
@@ -606,8 +601,6 @@ def check_eval_memory(setup: EvalSetup, n_episodes: int) -> None:
 def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):
     """The grid's points, their stacked `HParams` (the base row last, with `base`) and every point's settings by
     name; a mistake in them is a one-line `TttError`."""
-    from ttt.checks import positional_slots
-
     if params is not None and not isinstance(params, dict):
         raise TttError(f"params must be a dict of setting name -> number, e.g. {{'lr': 1e-4}}, got {params!r}")
     overrides = dict(params or {})
@@ -621,8 +614,6 @@ def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):
         raise TttError(f"params / grid: {', '.join(sorted(named - {'temperature'}))} need a GC-TTT setup (variant ttt "
                        "or ttt-mc); the base policy has only temperature")  # fmt: skip
     if setup.ttt is not None:
-        from ttt.select import IGNORED_BY_RULE
-
         rule = setup.ttt.select.rule_used
         ignored = sorted(named & set(IGNORED_BY_RULE[rule]))
         if ignored:
@@ -673,9 +664,6 @@ def run_episode(setup: EvalSetup, agent, data, env, start_xy, goal_xy, *, key=No
     **Returns** the `ttt.episode.EpisodeOut` as NumPy arrays: `success`, `steps`, `start`, `goal` (observations),
     `observations` and `actions` (max_steps, ...), `rounds` (name -> (rounds,)).
     """
-    from ttt.checks import check_agents, check_vector
-    from ttt.envs.oracle import has_oracle, maze_oracle
-
     spec = setup.spec
     if env is None or not hasattr(env, "reset_to"):
         raise TttError(f"env must be an in-program environment (ttt.envs.Env), got {type(env).__name__}; "

@@ -27,9 +27,18 @@ from jaxtyping import Array, Int, PRNGKeyArray
 
 from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
-from ttt.data.sampler import SamplerConfig, sample_rows
+from ttt.data.sampler import GoalMix, SamplerConfig, sample_rows
 from ttt.errors import TttError
-from ttt.storage import atomic_write_bytes, atomic_write_json, atomic_write_text, file_sha256
+from ttt.presets import check_config_value, get_agent
+from ttt.storage import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    check_memory,
+    file_sha256,
+    locked,
+    writable_dir,
+)
 
 CKPT_FORMAT = 1
 
@@ -220,7 +229,6 @@ def backbone_config(meta: dict):
     """Rebuild the backbone Config saved in a checkpoint's metadata."""
     backbone = get_backbone(meta["backbone"])
     cfg = meta["config"]
-    from ttt.presets import check_config_value
 
     types = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
     try:
@@ -235,8 +243,6 @@ def backbone_config(meta: dict):
 
 def sampler_config(meta: dict) -> SamplerConfig:
     """Rebuild the SamplerConfig saved in a checkpoint's metadata."""
-    from ttt.data.sampler import GoalMix
-
     d = dict(meta["sampler"])
     d["value"], d["actor"] = GoalMix(**d["value"]), GoalMix(**d["actor"])
     return SamplerConfig(**d)
@@ -327,8 +333,6 @@ def pretrain(
     progress: Callable[[int, int, dict, float], None] | None = None,
 ) -> PretrainResult:
     """Train `seeds` seeds for `steps` updates, resuming from `out` when it holds a matching checkpoint."""
-    from ttt.presets import get_agent
-
     get_agent(agent)  # an unknown agent: the valid ones are listed
     if steps < 1 or seeds < 1 or chunk_steps < 1:
         raise TttError(f"steps, seeds and chunk size must be >= 1, got {steps}, {seeds}, {chunk_steps}")
@@ -340,7 +344,6 @@ def pretrain(
     if out.exists() and not out.is_dir():
         raise TttError(f"out (--out) {out} is a file, not a directory; give a checkpoint directory (created when "
                        "missing)")  # fmt: skip
-    from ttt.storage import locked, writable_dir
 
     writable_dir(out, "out (--out)")
     with locked(out / ".lock", f"the checkpoint {out}"):  # a second trainer waits, then resumes (or finds it done)
@@ -348,8 +351,6 @@ def pretrain(
 
 
 def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile, progress):
-    from ttt.presets import get_agent
-
     backbone_name = get_agent(agent).backbone
     meta = dict(
         agent=agent,
@@ -365,7 +366,6 @@ def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps
         profile=profile,
         versions=package_versions(),
     )
-    from ttt.storage import check_memory
 
     one = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone_name, data.obs_dim, data.action_dim, cfg)
     nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one) if hasattr(x, "dtype"))

@@ -1,5 +1,7 @@
 """From a checkpoint to an evaluation: `make_setup` builds a variant's `EvalSetup` from plain settings, each checked
-against its valid range, and `load_run` loads a checkpoint with its dataset and environment in one call.
+against its valid range; `checkpoint_setup` is the one resolver from a checkpoint's metadata to its `EvalSetup` (used
+by `load_run`, `ttt eval` and the pipeline's evaluation stage); `load_run` loads a checkpoint with its dataset and
+environment in one call.
 
     import ttt
     from ttt.evaluate import evaluate
@@ -15,11 +17,18 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ttt import select as _select
+from ttt.agents import get_backbone
+from ttt.data.files import load
+from ttt.data.specs import get_spec
+from ttt.envs import has_jax_env, make_env
+from ttt.envs.gym import max_episode_steps
 from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
-from ttt.select import SelectConfig
+from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
+from ttt.select import IGNORED_BY_RULE, SelectConfig
 
 VARIANTS = ("base", "ttt", "ttt-mc")  # base policy; GC-TTT ranking by the critic; GC-TTT without a critic
 
@@ -51,6 +60,10 @@ def make_setup(
     reuse_adam: bool = False,
     ft_train: str = "all",
     ft_alpha: float | None = None,
+    H: int | None = None,
+    noise_alpha: float = 0.0,
+    relevance: str = "distance",
+    c_rel: float | None = None,
     label: Callable[[str], str] = str,
 ) -> EvalSetup:
     """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` with config `cfg`.
@@ -64,6 +77,9 @@ def make_setup(
       `reset_after_horizon`, `reuse_adam`: as `ttt eval --help` describes them (docs/algorithm.md);
     - `ft_train`: the networks fine-tuning moves, 'all' or 'actor' (the policy only); `ft_alpha`: the backbone's BC
       weight alpha during fine-tuning (None: the checkpoint's);
+    - `H` a fixed return horizon in rows (None: the dynamic one; a number makes the sub-trajectories fixed-length),
+      `noise_alpha` the value-noise scale, `relevance` 'distance' or 'value' (`V(s | s_j) > c_rel`): the ablations
+      of docs/algorithm.md (rule 'paper');
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
@@ -74,7 +90,6 @@ def make_setup(
         raise TttError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if variant == "base":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms)
-    from ttt.agents import get_backbone
 
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
@@ -101,15 +116,24 @@ def make_setup(
         raise TttError(f"{label('ft_train')} must be one of all, actor, got {ft_train!r}")
     if slack < 0:
         raise TttError(f"{label('slack')} must be >= 0, got {slack}")
+    if H is not None and H < 2:
+        raise TttError(f"{label('H')} (fixed return horizon) must be >= 2 rows, got {H}")
+    if not (math.isfinite(noise_alpha) and noise_alpha >= 0):
+        raise TttError(f"{label('noise_alpha')} must be a finite number >= 0, got {noise_alpha}")
+    if relevance not in ("distance", "value"):
+        raise TttError(f"{label('relevance')} must be one of distance, value, got {relevance!r}")
+    if relevance == "value" and c_rel is None:
+        raise TttError(f"{label('relevance')} 'value' needs {label('c_rel')} (the value threshold C, e.g. -18.0)")
     if rule == "episodes" and variant != "ttt":
         rule = None  # the critic rule applies to variant ttt; ttt-mc keeps its default critic-free rule
     if rule == "mc-episodes" and variant != "ttt-mc":
         rule = None
+    mode = "fixed" if H is not None else ("critic" if variant == "ttt" else "mc")
     try:
         ttt = TTTConfig(
             K=max_steps if once else K,
-            select=SelectConfig(q=q, eps_rel=eps, h_min=h_min, mode="critic" if variant == "ttt" else "mc", mix=mix,
-                                rule=rule, n_episodes=n_episodes, slack=slack),
+            select=SelectConfig(q=q, eps_rel=eps, h_min=h_min, mode=mode, H=H, mix=mix, noise_alpha=noise_alpha,
+                                relevance=relevance, c_rel=c_rel, rule=rule, n_episodes=n_episodes, slack=slack),
             finetune=FinetuneConfig(steps=N, lr=lr, batch_size=batch, reuse_opt_state=reuse_adam, train=ft_train,
                                     alpha=ft_alpha),
             critic=critic if variant == "ttt" else "learned",
@@ -118,7 +142,6 @@ def make_setup(
         finetune_backbone_config(backbone, cfg, ttt.finetune)
     except ValueError as e:
         raise TttError(str(e)) from None
-    from ttt import select as _select
 
     if transforms.select not in (_select.select, _select.select_ctx) and ttt.select.rule_used != "paper":
         why = "" if rule is not None else f" (the default of variant {variant})"
@@ -126,7 +149,32 @@ def make_setup(
                        f"setup's rule is {ttt.select.rule_used!r}{why}; pass rule='paper'")  # fmt: skip
     if variant == "ttt" and not get_backbone(backbone).has_value(cfg):
         raise TttError(f"variant ttt needs a value function, which this {backbone} agent lacks; use ttt-mc")
+    if relevance == "value" and not get_backbone(backbone).has_value(cfg):
+        raise TttError(f"{label('relevance')} 'value' needs a value function, which this {backbone} agent lacks; use "
+                       "relevance 'distance'")  # fmt: skip
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms)
+
+
+def checkpoint_setup(
+    meta: dict,
+    variant: str = "base",
+    *,
+    dataset: str | None = None,
+    where: str | None = None,
+    **settings,
+) -> EvalSetup:
+    """The `EvalSetup` of `variant` for the checkpoint whose metadata is `meta` (`ttt.pretrain.read_meta`): its
+    backbone and configs read from the checkpoint, the dataset's spec and episode length, then `make_setup`. The one
+    resolver from a checkpoint to an evaluation: `load_run`, `ttt eval` and the pipeline's evaluation stage call it.
+
+    **Arguments:** `dataset`: evaluate on another dataset of the same sizes (default: the checkpoint's); `where`:
+    how errors name the checkpoint (default: its dataset); `**settings`: `make_setup`'s keywords (K, N, ...,
+    `backend`, `transforms`, `label`)."""
+    dataset = meta["dataset"] if dataset is None else dataset
+    spec = get_spec(dataset)
+    check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, where or f"the checkpoint of {meta['dataset']}")
+    cfg, sampler = backbone_config(meta), sampler_config(meta)
+    return make_setup(variant, meta["backbone"], cfg, sampler, spec, max_episode_steps(spec.env_id), **settings)
 
 
 def load_run(
@@ -154,21 +202,11 @@ def load_run(
     A setting that is not one of `make_setup`'s, or that the variant's selection rule does not read (`q` under
     rule 'episodes', ...: `ttt.select.IGNORED_BY_RULE`), raises `TttError` naming it and the valid ones.
     """
-    from ttt.data.files import load
-    from ttt.data.specs import get_spec
-    from ttt.envs import has_jax_env, make_env
-    from ttt.envs.gym import max_episode_steps
-    from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
-
     _check_settings(settings)
     meta = read_meta(checkpoint)
-    dataset = meta["dataset"] if dataset is None else dataset
-    spec = get_spec(dataset)
-    check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, str(checkpoint))
-    cfg, sampler = backbone_config(meta), sampler_config(meta)
-    max_steps = max_episode_steps(spec.env_id)
-    setup = make_setup(variant, meta["backbone"], cfg, sampler, spec, max_steps, backend=backend, transforms=transforms,
-                       **settings)  # fmt: skip
+    setup = checkpoint_setup(meta, variant, dataset=dataset, where=str(checkpoint), backend=backend,
+                             transforms=transforms, **settings)  # fmt: skip
+    dataset, spec = setup.spec.name, setup.spec
     check_read_by_rule(setup, settings)
     if settings.get("rule") is not None and setup.ttt is not None and setup.ttt.select.rule_used != settings["rule"]:
         raise TttError(f"rule {settings['rule']!r} does not apply to variant {variant!r} (rule 'episodes' needs "
@@ -198,8 +236,6 @@ def _check_settings(settings: dict) -> None:
 def check_read_by_rule(setup: EvalSetup, names, label: Callable[[str], str] = str) -> None:
     """Refuse settings in `names` that the setup's selection rule does not read (they would silently change
     nothing): `q` under rule 'episodes', `n_episodes` under 'paper', ... (`ttt.select.IGNORED_BY_RULE`)."""
-    from ttt.select import IGNORED_BY_RULE
-
     if setup.ttt is None:
         return
     rule = setup.ttt.select.rule_used

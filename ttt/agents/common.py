@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, PRNGKeyArray, PyTree
 
+from ttt.data.sampler import make_batch
 from ttt.errors import TttError
 from ttt.nets import GaussianActor
 
@@ -59,8 +60,6 @@ class Backbone:
 
 def default_batch_fn(key: PRNGKeyArray, data: Any, idxs: Any, sampler_cfg: Any, cfg: Any) -> Any:
     """The plain goal-conditioned batch (OGBench's ``GCDataset.sample``) for rows ``idxs``."""
-    from ttt.data.sampler import make_batch
-
     del cfg
     return make_batch(key, data, idxs, sampler_cfg)
 

@@ -1,4 +1,4 @@
-"""`ttt eval`: evaluate a checkpoint, base policy and GC-TTT variants (`ttt.setups.make_setup`,
+"""`ttt eval`: evaluate a checkpoint, base policy and GC-TTT variants (`ttt.setups.checkpoint_setup`,
 `ttt.evaluate.evaluate`); `--json` keeps each finished variant, keyed by content, so a rerun resumes."""
 
 from __future__ import annotations
@@ -122,9 +122,8 @@ def eval_cmd(
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.envs import NO_MJX, has_jax_env
-    from ttt.envs.gym import max_episode_steps
     from ttt.evaluate import evaluate
-    from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
+    from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta
     from ttt.setups import VARIANTS
 
     meta = read_meta(checkpoint)
@@ -145,7 +144,6 @@ def eval_cmd(
     dataset = meta["dataset"] if dataset is None else dataset
     spec = get_spec(dataset)
     check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, checkpoint)
-    max_steps = max_episode_steps(spec.env_id)
     bad_tasks = [t for t in task_ids if not 1 <= t <= 5]
     if bad_tasks:
         raise TttError(f"--tasks: task {bad_tasks[0]} does not exist in {spec.env_id}; valid: 1..5")
@@ -169,17 +167,15 @@ def eval_cmd(
         from ttt.storage import writable_file
 
         writable_file(json_out, "--json")
-    from ttt.pretrain import backbone_config
-    from ttt.setups import make_setup
+    from ttt.setups import checkpoint_setup
 
-    cfg, sampler = backbone_config(meta), sampler_config(meta)
     settings = dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch, rule=rule, critic=critic,
                     n_episodes=n_episodes, slack=slack, once=once, reset_after_horizon=reset_after_horizon,
                     reuse_adam=reuse_adam, ft_train=ft_train, ft_alpha=ft_alpha)  # fmt: skip
     option = lambda name: "--" + name.replace("_", "-")  # noqa: E731  (errors name the command line's options)
     setups = {
-        name: make_setup(name, meta["backbone"], cfg, sampler, spec, max_steps, backend=backend, label=option,
-                         **settings)
+        name: checkpoint_setup(meta, name, dataset=dataset, where=checkpoint, backend=backend, label=option,
+                               **settings)
         for name in names
     }  # fmt: skip
     _refuse_unread(setups, option)

@@ -37,6 +37,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt32
 
 from ttt.envs import hostsim
 from ttt.envs.base import Env
+from ttt.envs.gym import make_gym_env
 from ttt.errors import TttError
 
 RANDOM_ACTIONS = 5  # ogbench/locomaze/maze.py, MazeEnv.reset: random steps before the goal observation (ant)
@@ -125,8 +126,6 @@ def ogbench_reset(u, draws: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarr
 
 @functools.cache
 def _ant_info(env_id: str) -> _AntInfo:
-    from ttt.envs.gym import make_gym_env
-
     env = make_gym_env(env_id)
     u = env.unwrapped
     if not _is_ant_maze(u):

@@ -36,6 +36,7 @@ from jaxtyping import Array, ArrayLike, Bool, Float, Int, PRNGKeyArray, UInt32
 
 from ttt.envs import hostsim
 from ttt.envs.base import Env
+from ttt.envs.gym import make_gym_env
 from ttt.errors import TttError
 
 RANDOM_ACTIONS = 2  # CubeEnv.initialize_episode: random steps before the goal observation
@@ -139,8 +140,6 @@ def ogbench_reset(u, draws: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarr
 @functools.cache
 def _cube_info(env_id: str) -> _CubeInfo:
     from ogbench.manipspace.envs.cube_env import CubeEnv
-
-    from ttt.envs.gym import make_gym_env
 
     env = make_gym_env(env_id)
     u = env.unwrapped

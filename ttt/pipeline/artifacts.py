@@ -8,6 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ttt.envs.gym import make_gym_env
+from ttt.envs.oracle import has_oracle, maze_oracle
+from ttt.episode import make_round_fns, round_keys
+from ttt.evaluate import episode_batch
+from ttt.select import round_spans
 from ttt.storage import atomic_save_npz
 
 
@@ -27,41 +32,37 @@ def nan_to_none(x: np.ndarray):
     return x.astype(int).tolist() if x.dtype.kind == "b" else x.tolist()
 
 
-def save_selection_figure(run: dict, setup, agents, data, res, path: Path, max_segments: int = 150,
+def save_selection_figure(ev, setup, agents, data, res, path: Path, max_segments: int = 150,
                           task: int | None = None) -> None:  # fmt: skip
     """The data selected in each round of two episodes of seed 0, a success and a failure, side by side in the
-    report: `PATH.success.npz` and `PATH.failure.npz` (`path` names `figures/NAME.npz`). `res` holds the episodes
-    of one task, `task` (default: the run's first, whose call starts the figure afresh); a later task's call fills
-    only the outcome still missing, so the figure shows both wherever the run has both. Each is recomputed with the
-    episode's own keys and checked against the round metrics the episode recorded, plus the maze walls."""
-    task = run["tasks"][0] if task is None else task
-    if task == run["tasks"][0]:
+    report: `PATH.success.npz` and `PATH.failure.npz` (`path` names `figures/NAME.npz`). `ev` is the run's
+    `ttt.pipeline.plan.EvalPlan`; `res` holds the episodes of one task, `task` (default: the run's first, whose call
+    starts the figure afresh); a later task's call fills only the outcome still missing, so the figure shows both
+    wherever the run has both. Each is recomputed with the episode's own keys and checked against the round metrics
+    the episode recorded, plus the maze walls."""
+    task = ev.tasks[0] if task is None else task
+    if task == ev.tasks[0]:
         for old in (path, path.with_suffix(".success.npz"), path.with_suffix(".failure.npz")):
             old.unlink(missing_ok=True)
     for outcome, hit in (("success", True), ("failure", False)):
         eps = np.flatnonzero((res.success[0, 0] > 0) == hit)
         if len(eps) and not path.with_suffix(f".{outcome}.npz").exists():
-            _save_episode_selection(run, setup, agents, data, res, int(eps[0]),
+            _save_episode_selection(ev.seed, setup, agents, data, res, int(eps[0]),
                                     path.with_suffix(f".{outcome}.npz"), max_segments, task)  # fmt: skip
 
 
-def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: Path, max_segments: int,
+def _save_episode_selection(seed: int, setup, agents, data, res, e: int, path: Path, max_segments: int,
                             task: int) -> None:  # fmt: skip
     import jax
     import jax.numpy as jnp
-
-    from ttt.envs.gym import make_gym_env
-    from ttt.episode import make_round_fns, round_keys
-    from ttt.evaluate import episode_batch
 
     ttt = setup.ttt
     prepare, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, ttt, setup.transforms)
     agent0 = jax.tree.map(lambda x: x[0] if hasattr(x, "shape") and x.ndim > 0 else x, agents)
     n_seeds, _, n_eps = res.success.shape
-    eb = episode_batch(run["eval_seed"], n_seeds, (task,), n_eps)
+    eb = episode_batch(seed, n_seeds, (task,), n_eps)
     ttt_key = eb.ttt_keys[e * n_seeds]  # the grid is episode-major, seed fastest
     start, goal = jnp.asarray(res.starts[0, 0, e]), jnp.asarray(res.goals[0, 0, e])
-    from ttt.envs.oracle import has_oracle, maze_oracle
 
     oracle = maze_oracle(setup.spec.env_id) if has_oracle(setup.spec.env_id) else None
     tables = jax.jit(prepare)(agent0, data, goal, oracle)
@@ -72,7 +73,6 @@ def _save_episode_selection(run: dict, setup, agents, data, res, e: int, path: P
 
     @jax.jit
     def round_mask(key, tables, data, state):  # the dataset is an argument, never a captured constant
-        from ttt.select import round_spans
 
         rel = setup.transforms.relevance(tables, data, setup.spec.goal_coords(state), sel, setup.spec.goal_eps, None)
         return round_spans(key, tables, data, rel, sel, setup.transforms.select)

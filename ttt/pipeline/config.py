@@ -28,7 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ttt.data.specs import SPECS, get_spec
+from ttt.envs import NO_MJX, has_jax_env
 from ttt.errors import TttError
+from ttt.presets import AGENTS, PROFILES
+from ttt.select import IGNORED_BY_RULE
 
 VARIANTS = ("base", "ttt", "ttt-mc")
 SELECTIONS = ("both", "relevant", "optimal", "random", "random-rank")
@@ -49,20 +53,14 @@ class Key:
 
 
 def _dataset_names() -> tuple:
-    from ttt.data.specs import SPECS
-
     return tuple(SPECS)
 
 
 def _agent_names() -> tuple:
-    from ttt.presets import AGENTS
-
     return tuple(AGENTS)
 
 
 def _profile_names() -> tuple:
-    from ttt.presets import PROFILES
-
     return tuple(PROFILES)
 
 
@@ -295,9 +293,6 @@ def _check_combination(r: dict, where: str) -> None:
                        f"{rule!r}{why}; set rule = 'paper'")  # fmt: skip
     _check_grid_read(r, rule, where)
     if r["driver"] == "compiled":
-        from ttt.data.specs import get_spec
-        from ttt.envs import has_jax_env
-
         env_id = get_spec(r["dataset"]).env_id
         if not has_jax_env(env_id):
             raise TttError(
@@ -309,8 +304,6 @@ def _check_combination(r: dict, where: str) -> None:
 def _check_grid_read(r: dict, rule: str, where: str) -> None:
     """A grid over a key the row never reads (a TTT setting of a base row, a selection setting its rule ignores)
     would give identical rows under different names: refuse it."""
-    from ttt.select import IGNORED_BY_RULE
-
     unread = [k for k in r["grid"] if k in EVAL_KEYS and k not in ("episodes", "tasks", "eval_seed", "driver",
                                                                       "backend", "chunk")]  # fmt: skip
     if r["variant"] != "base":
@@ -326,9 +319,6 @@ def _check_grid_read(r: dict, rule: str, where: str) -> None:
 def _check_backend(r: dict, where: str) -> None:
     """backend = 'mjx' is the compiled driver's physics: refuse it where the run uses the host driver, and where the
     environment's in-program env has no MJX backend (the ant mazes, cube-single)."""
-    from ttt.data.specs import get_spec
-    from ttt.envs import NO_MJX, has_jax_env
-
     env_id = get_spec(r["dataset"]).env_id
     host = r["driver"] == "host" or (r["driver"] == "auto" and not has_jax_env(env_id))
     if r["backend"] == "mjx" and host:

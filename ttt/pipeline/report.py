@@ -17,7 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ttt.data.specs import get_spec
+from ttt.envs.gym import max_episode_steps
 from ttt.errors import TttError
+from ttt.pipeline.config import load_pipeline
+from ttt.presets import PROFILES
+from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, writable_dir
 
 CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
               "paper", "paper_se", "welch_t", "welch_p", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
@@ -50,8 +55,6 @@ def _actor_dims(run: dict, profile: str | None) -> list[int] | None:
     """The policy's hidden widths: the run's `agent_config` override, else its profile's default."""
     dims = (run.get("agent_config") or {}).get("actor_hidden_dims")
     if dims is None and profile is not None:
-        from ttt.presets import PROFILES
-
         dims = PROFILES[profile].hidden_dims if profile in PROFILES else None
     return None if dims is None else [int(w) for w in dims]
 
@@ -102,8 +105,6 @@ def rows(records: list[dict]) -> list[dict]:
 
 
 def write_results(records: list[dict], out: Path) -> None:
-    from ttt.storage import atomic_write_text, dumps
-
     atomic_write_text(out / "results.json", dumps(dict(rows=rows(records), records=records), indent=1))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
@@ -169,8 +170,6 @@ def _pipeline_order(run_dir: Path) -> list[str]:
     except (ValueError, KeyError, TypeError, AttributeError):
         return []  # an unreadable pipeline.json: order by name
     try:
-        from ttt.pipeline.config import load_pipeline
-
         full = [r["name"] for r in load_pipeline(meta["source"]).runs]
     except (KeyError, TypeError, OSError, TttError):
         return names
@@ -298,8 +297,6 @@ def _plt():
 
 def _savefig(fig, path: Path, dpi: int) -> None:
     """A figure as a PNG file, written atomically (a full disk is one line naming the file)."""
-    from ttt.storage import atomic_write_bytes
-
     atomic_write_bytes(path, lambda f: fig.savefig(f, dpi=dpi, format="png"))
 
 
@@ -460,9 +457,6 @@ def plot_flops(rs: list[dict], steps: int, path: Path, title: str) -> None:
 def _episode_steps(dataset: str) -> int | None:
     """The evaluation episode's length (OGBench's max_episode_steps), None for a dataset ttt does not know."""
     try:
-        from ttt.data.specs import get_spec
-        from ttt.envs.gym import max_episode_steps
-
         return max_episode_steps(get_spec(dataset).env_id)
     except Exception:  # noqa: BLE001 - a report still draws its other figures
         return None
@@ -531,8 +525,6 @@ def selection_figures(fig_dir: Path) -> dict[str, list[Path]]:
 
 def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: Path | None = None) -> Path:
     """Rebuild report.md and plots/ of a pipeline output directory from its saved results."""
-    from ttt.storage import atomic_write_text, writable_dir
-
     run_dir = Path(run_dir)
     out = run_dir if out is None else Path(out)
     doc = load_results(run_dir)
@@ -600,8 +592,6 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
 
 def combine(run_dirs: list[str | Path], out: Path, echo: Callable[[str], None] = print) -> Path:
     """One report over several pipeline output directories."""
-    from ttt.storage import atomic_write_text, writable_dir
-
     records, names = [], []
     for d in run_dirs:
         doc = load_results(d)

@@ -1,6 +1,7 @@
-"""`run_pipeline`: every run of a pipeline through the stages (data -> pre-training -> evaluation, each cached and
-resumable), then `OUT/results.json`, `results.csv` and the report. All writes are atomic; after every run the
-results so far are written, so an interrupted pipeline leaves its finished rows."""
+"""`run_pipeline`: every run of a pipeline resolved into its plan (`ttt.pipeline.plan`), then through the stages
+(data -> pre-training -> evaluation, each cached and resumable, each consuming the plan), then `OUT/results.json`,
+`results.csv` and the report. All writes are atomic; after every run the results so far are written, so an
+interrupted pipeline leaves its finished rows."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 from ttt.errors import TttError
 from ttt.pipeline.config import Pipeline
 from ttt.pipeline.keys import cache_root
+from ttt.pipeline.plan import plan_pipeline
 from ttt.pipeline.report import rows, table_md, write_report, write_results
-from ttt.pipeline.settings import validate_run
 from ttt.pipeline.stages import BarFactory, Echo, EnvCache, ensure_checkpoint, ensure_data, evaluate_run, load_data
-from ttt.storage import atomic_write_text, dumps, locked, read_json
+from ttt.pretrain import dataset_hash
+from ttt.storage import atomic_write_text, dumps, locked, read_json, writable_dir
 
 STAGES = ("data", "pretrain", "eval")
 
@@ -40,17 +42,13 @@ def run_pipeline(
 
     `all_names`: the names of every run of the pipeline when `pipe` holds only some of them (`--only`): the rows of
     the others already in `OUT/results.json` are kept there, in the pipeline's order."""
-    from ttt.pretrain import dataset_hash
-    from ttt.storage import writable_dir
-
     bad = [s for s in stages if s not in STAGES]
     if bad:
         raise TttError(f"unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
-    for run in pipe.runs:  # every check that needs no data or training, before any stage starts
-        validate_run(run)
+    cache = cache_root(cache)
+    plans = plan_pipeline(pipe, cache)  # every check that needs no data or training, before any stage starts
     bar = bar or _null_bar
     out = writable_dir(out, "--out")
-    cache = cache_root(cache)
     if "data" in stages or "pretrain" in stages:
         writable_dir(cache, "--cache")
     doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
@@ -59,18 +57,18 @@ def run_pipeline(
     datasets: dict[tuple, tuple] = {}
     envs = EnvCache()
     records = []
-    for i, run in enumerate(pipe.runs):
-        echo(f"[{i + 1}/{len(pipe.runs)}] {run['name']}: {run['agent']} {run['variant']} on {run['dataset']}")
-        d = ensure_data(run, cache, "data" in stages, bar, echo)
-        dkey = (str(d), run["dataset"])
+    for i, plan in enumerate(plans):
+        echo(f"[{i + 1}/{len(plans)}] {plan.name}: {plan.train.agent} {plan.eval.variant} on {plan.data.name}")
+        d = ensure_data(plan, "data" in stages, bar, echo)
+        dkey = (str(d), plan.data.name)
         if dkey not in datasets:
-            data = load_data(run, d, cache, "data" in stages, bar, echo)
+            data = load_data(plan, "data" in stages, bar, echo)
             datasets[dkey] = (data, dataset_hash(data))
         data, dhash = datasets[dkey]
-        ckpt = ensure_checkpoint(run, cache, data, dhash, "pretrain" in stages, bar, echo)
+        ckpt = ensure_checkpoint(plan, data, dhash, "pretrain" in stages, bar, echo)
         if "eval" not in stages:
             continue
-        records.append(evaluate_run(run, ckpt, data, out, bar, echo, envs, shared=cache / "evals"))
+        records.append(evaluate_run(plan, ckpt, data, out, bar, echo, envs, shared=cache / "evals"))
         # After every run: an interrupted pipeline leaves its finished rows (and the other rows kept). The rows of
         # the other runs are read when writing, under a lock: two invocations into one --out (--only A, --only B at
         # once) keep each other's rows.

@@ -1,179 +1,148 @@
-"""The three stages of a pipeline run, each producing an artifact by content key (`ttt.pipeline.keys`) or finding
-it cached, and each resumable: `ensure_data` (generation resumes by block), `ensure_checkpoint` (pre-training
-resumes at its last chunk), `evaluate_run` (evaluation resumes at its last finished task). A corrupt cache entry is
-reported through `echo` and rebuilt; the user's own files (a `data_dir`, a `checkpoint`) are reported, not
-overwritten."""
+"""The three stages of a pipeline run, each consuming the run's `RunPlan` (`ttt.pipeline.plan`) and producing an
+artifact by content key (`ttt.pipeline.keys`) or finding it cached, and each resumable: `ensure_data` (generation
+resumes by block), `ensure_checkpoint` (pre-training resumes at its last chunk), `evaluate_run` (evaluation resumes
+at its last finished task). A corrupt cache entry is reported through `echo` and rebuilt; the user's own files (a
+`data_dir`, a `checkpoint`) are reported, not overwritten."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ttt.envs.gym import max_episode_steps
+from ttt.data.expert import NumpyExpert, load_actor
+from ttt.data.files import load
+from ttt.data.generate import generate as gen
+from ttt.envs import make_env
 from ttt.errors import TttError
+from ttt.evaluate import evaluate
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
-from ttt.pipeline.keys import checkpoint_dir, data_dir, env_id, eval_key, train_configs, train_steps
-from ttt.pipeline.settings import make_eval_setup
-from ttt.storage import atomic_save_npz, atomic_write_text, dumps, read_json
+from ttt.pipeline.keys import checkpoint_dir, eval_key
+from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
+from ttt.pretrain import check_compatible, config_dict, load_checkpoint, pretrain, read_meta, verify_checkpoint
+from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, read_json
 
 Echo = Callable[[str], None]
 BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
 
 
-def ensure_data(run: dict, cache: Path, generate: bool, bar: BarFactory, echo: Echo) -> Path:
-    from ttt.data.specs import get_spec
-
-    spec = get_spec(run["dataset"])
-    episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
-    d = data_dir(run, cache)
-    npz, sidecar = d / f"{run['dataset']}.npz", d / f"{run['dataset']}.json"
-    what = f"{run['dataset']} ({episodes} episodes, seed {run['data_seed']})"
-    if npz.exists() and (d / f"{run['dataset']}-val.npz").exists():
+def ensure_data(plan: RunPlan, generate: bool, bar: BarFactory, echo: Echo) -> Path:
+    """The directory holding the plan's dataset, generated there first when missing (and `generate`)."""
+    p, d = plan.data, plan.data.directory
+    npz, sidecar = d / f"{p.name}.npz", d / f"{p.name}.json"
+    if npz.exists() and (d / f"{p.name}-val.npz").exists():
         meta = read_json(sidecar) if sidecar.exists() else None
         if isinstance(meta, dict):  # a corrupt sidecar: loading reports it (and regenerates a cached dataset)
-            if (meta.get("episodes"), meta.get("seed")) != (episodes, run["data_seed"]):
+            if (meta.get("episodes"), meta.get("seed")) != (p.episodes, p.seed):
                 raise TttError(
                     f"{npz} holds {meta.get('episodes')} episodes of seed {meta.get('seed')}, but the run asks for "
-                    f"{what}; set data_dir to another directory or change data_episodes / data_seed"
+                    f"{p.what}; set data_dir to another directory or change data_episodes / data_seed"
                 )
-            if run["expert"] is not None and meta.get("expert_sha256") not in (None, _expertdigest(run["expert"])):
+            if p.expert is not None and meta.get("expert_sha256") not in (None, _expertdigest(p.expert)):
                 raise TttError(
-                    f"{npz} was generated with another expert than {run['expert']}; set data_dir to another "
+                    f"{npz} was generated with another expert than {p.expert}; set data_dir to another "
                     "directory, or drop the expert key to use the existing data"
                 )
         return d
-    expert = f" --expert {run['expert']}" if run["expert"] else ""
+    expert = f" --expert {p.expert}" if p.expert else ""
     if not generate:
         raise TttError(
-            f"dataset {what} is missing from {d}; the 'data' stage produces it (add data to --stages, or run "
-            f"`ttt data generate {run['dataset']} --episodes {episodes} --seed {run['data_seed']} --dir {d}{expert}`)"
+            f"dataset {p.what} is missing from {d}; the 'data' stage produces it (add data to --stages, or run "
+            f"`ttt data generate {p.name} --episodes {p.episodes} --seed {p.seed} --dir {d}{expert}`)"
         )
-    if spec.needs_expert and run["expert"] is None:
+    if p.spec.needs_expert and p.expert is None:
         raise TttError(
-            f"dataset {what} is missing from {d} and is generated with an ant expert: set the run key expert to "
+            f"dataset {p.what} is missing from {d} and is generated with an ant expert: set the run key expert to "
             "an expert.pkl (train one with `ttt expert train ant`)"
         )
-    from ttt.data.generate import generate as gen
-
-    echo(f"  data: generating {what} into {d}")
+    echo(f"  data: generating {p.what} into {d}")
     d.mkdir(parents=True, exist_ok=True)
-    with bar(f"generate {run['dataset']}", "episodes") as b:
-        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b, expert=run["expert"])
+    with bar(f"generate {p.name}", "episodes") as b:
+        gen(p.name, episodes=p.episodes, seed=p.seed, directory=d, progress=b, expert=p.expert)
     return d
 
 
 def _expertdigest(path: str) -> str:
-    from ttt.data.expert import NumpyExpert, load_actor
-
     return NumpyExpert(load_actor(path)[0]).digest()
 
 
-def load_data(run: dict, d: Path, cache: Path, generate: bool, bar: BarFactory, echo: Echo):
+def load_data(plan: RunPlan, generate: bool, bar: BarFactory, echo: Echo):
     """Load the run's dataset; a corrupt copy in the cache (unreadable, or its checksum differs) is reported and
     generated again. Datasets outside the cache (data_dir, OGBench's directory) are the user's: an error."""
-    from ttt.data.files import load
-
+    p = plan.data
     try:
-        return load(run["dataset"], d)
+        return load(p.name, p.directory)
     except TttError as e:
-        in_cache = run["data_dir"] is None and run["data_episodes"] is not None
-        if not (in_cache and generate):
+        if not (p.cached and generate):
             raise
         echo(f"  data: cached dataset is corrupt ({e}); generating it again")
-    from ttt.data.generate import generate as gen
-    from ttt.data.specs import get_spec
-
-    spec = get_spec(run["dataset"])
-    episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
-    with bar(f"generate {run['dataset']}", "episodes") as b:
-        gen(run["dataset"], episodes=episodes, seed=run["data_seed"], directory=d, progress=b, expert=run["expert"],
-            force=True)  # fmt: skip
-    return load(run["dataset"], d)
+    with bar(f"generate {p.name}", "episodes") as b:
+        gen(p.name, episodes=p.episodes, seed=p.seed, directory=p.directory, progress=b, expert=p.expert, force=True)
+    return load(p.name, p.directory)
 
 
-def ensure_checkpoint(run: dict, cache: Path, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Path:
-    from ttt.pretrain import check_compatible, pretrain, read_meta
-
-    out = checkpoint_dir(run, cache, data_hash)
-    steps = train_steps(run)
-    if run["checkpoint"] is not None:
+def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Path:
+    """The plan's checkpoint directory: the one the run names (checked against the data), else the cache's, trained
+    there first (or continued from a shorter one) when missing or short (and `train`)."""
+    t, dataset = plan.train, plan.data.name
+    out = checkpoint_dir(t, dataset, data_hash)
+    if t.checkpoint is not None:
         if not (out / "meta.json").exists():
             raise TttError(
-                f"checkpoint {out} (run {run['name']}) does not exist; `ttt pretrain --out {out}` produces one, or "
+                f"checkpoint {out} (run {plan.name}) does not exist; `ttt pretrain --out {out}` produces one, or "
                 "remove `checkpoint` to let the 'pretrain' stage train and cache it"
             )
         meta = read_meta(out)
-        check_compatible(meta, run["dataset"], data.obs_dim, data.action_dim, str(out), data_hash)
+        check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(out), data_hash)
         return out
     if (out / "meta.json").exists():
-        from ttt.pretrain import verify_checkpoint
-
         try:
             verify_checkpoint(out)
-            if read_meta(out).get("step", 0) >= steps:
+            if read_meta(out).get("step", 0) >= t.steps:
                 return out
         except TttError as e:  # a cache entry: report it and train it again
-            import shutil
-
             echo(f"  pretrain: cached checkpoint is corrupt ({str(e).split('; delete')[0]}); training it again")
             shutil.rmtree(out)
     if not train:
         raise TttError(
-            f"no checkpoint of {run['agent']} on {run['dataset']} ({run['profile']} profile, {steps} steps, "
-            f"{run['seeds']} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
+            f"no checkpoint of {t.agent} on {dataset} ({t.profile} profile, {t.steps} steps, "
+            f"{t.seeds} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
         )
-    cfg, sampler = train_configs(run)
     if not (out / "meta.json").exists():
-        shorter = shorter_checkpoint(run, out, data_hash, steps)
+        shorter = shorter_checkpoint(t, out, data_hash)
         if shorter is not None:
             echo(f"  pretrain: continuing the {read_meta(shorter)['step']}-step checkpoint {shorter}")
             copy_checkpoint(shorter, out)
     at = read_meta(out).get("step", 0) if (out / "meta.json").exists() else 0
     resuming = f" (resuming at step {at})" if at else ""
-    echo(f"  pretrain: {run['agent']} on {run['dataset']}, {run['seeds']} seeds x {steps} steps -> {out}{resuming}")
-    with bar(f"pretrain {run['agent']}", "steps") as b:
-        pretrain(
-            run["agent"],
-            run["dataset"],
-            data,
-            cfg,
-            sampler,
-            steps,
-            run["seeds"],
-            out,
-            chunk_steps=run["train_chunk"],
-            seed=run["train_seed"],
-            profile=run["profile"],
-            progress=lambda done, total, means, rate: b(done, total),
-        )
+    echo(f"  pretrain: {t.agent} on {dataset}, {t.seeds} seeds x {t.steps} steps -> {out}{resuming}")
+    with bar(f"pretrain {t.agent}", "steps") as b:
+        pretrain(t.agent, dataset, data, t.cfg, t.sampler, t.steps, t.seeds, out, chunk_steps=t.chunk, seed=t.seed,
+                 profile=t.profile, progress=lambda done, total, means, rate: b(done, total))  # fmt: skip
     return out
 
 
-def shorter_checkpoint(run: dict, out: Path, data_hash: str, steps: int) -> Path | None:
+def shorter_checkpoint(train: TrainPlan, out: Path, data_hash: str) -> Path | None:
     """The cached checkpoint of the same training run stopped earlier (most steps below `steps`), if any.
 
     Pre-training's step `t` draws from `fold_in(seed_key, t)` and nothing depends on the total number of steps, so
     continuing a 10k-step checkpoint to 30k gives the 30k-step checkpoint itself (tested bit for bit): a learning
     curve pays for its longest point only. Same agent, configs, sampler, seeds, seed and data content are required.
     """
-    from ttt.pretrain import config_dict, read_meta, verify_checkpoint
-    from ttt.storage import dumps
-
-    cfg, sampler = train_configs(run)
-    want = dumps(dict(agent=run["agent"], config=config_dict(cfg), sampler=config_dict(sampler), seeds=run["seeds"],
-                      seed=run["train_seed"], dataset_hash=data_hash), sort_keys=True)  # fmt: skip
+    want = dumps(dict(agent=train.agent, config=config_dict(train.cfg), sampler=config_dict(train.sampler),
+                      seeds=train.seeds, seed=train.seed, dataset_hash=data_hash), sort_keys=True)  # fmt: skip
     best, best_step = None, 0
-    for d in out.parent.glob(f"{run['agent']}-*"):
+    for d in out.parent.glob(f"{train.agent}-*"):
         if d == out or not (d / "meta.json").exists():
             continue
         try:
             m = read_meta(d)
             have = dumps({k: m[k] for k in ("agent", "config", "sampler", "seeds", "seed", "dataset_hash")},
                          sort_keys=True)  # fmt: skip
-            if have != want or not best_step < m.get("step", 0) < steps:
+            if have != want or not best_step < m.get("step", 0) < train.steps:
                 continue
             verify_checkpoint(d, m)
         except (TttError, KeyError):
@@ -184,11 +153,6 @@ def shorter_checkpoint(run: dict, out: Path, data_hash: str, steps: int) -> Path
 
 def copy_checkpoint(src: Path, out: Path) -> None:
     """Copy a checkpoint's state file, then its meta.json (written last: a copy cut short is no checkpoint)."""
-    import shutil
-
-    from ttt.pretrain import read_meta
-    from ttt.storage import atomic_write_bytes
-
     meta = read_meta(src)
     out.mkdir(parents=True, exist_ok=True)
     with open(src / meta["state_file"], "rb") as f_in:
@@ -203,61 +167,54 @@ class EnvCache:
         self._envs: dict = {}
 
     def get(self, env_id: str, backend: str):
-        from ttt.envs import make_env
-
         if (env_id, backend) not in self._envs:
             self._envs[(env_id, backend)] = make_env(env_id, backend=backend)
         return self._envs[(env_id, backend)]
 
 
-def _reused_record(run: dict, key: str, out: Path, shared: Path | None, echo: Echo) -> dict | None:
+def _reused_record(plan: RunPlan, key: str, out: Path, shared: Path | None, echo: Echo) -> dict | None:
     """A finished record of the same evaluation (same content key) under another row name of this output, or in
     the shared cache `shared` (another pipeline's), with this row's run settings; None if there is none."""
     places = sorted((out / "evals").glob(f"*-{key}.json")) + ([shared / f"{key}.json"] if shared else [])
     for p in places:
         rec = read_json(p) if p.exists() else None
         if isinstance(rec, dict) and rec.get("eval_key") == key and "mean" in rec:
-            echo(f"  reused: {run['name']} is the same evaluation as {rec['run']['name']} ({p})")
-            return {**rec, "run": run}
+            echo(f"  reused: {plan.name} is the same evaluation as {rec['run']['name']} ({p})")
+            return {**rec, "run": dict(plan.run)}
     return None
 
 
 def evaluate_run(
-    run: dict, ckpt: Path, data, out: Path, bar: BarFactory, echo: Echo, envs: EnvCache, shared: Path | None = None
+    plan: RunPlan, ckpt: Path, data, out: Path, bar: BarFactory, echo: Echo, envs: EnvCache, shared: Path | None = None
 ) -> dict:
     """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved).
 
     A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
     cache directory of records that every pipeline writes to), is reused instead of evaluated again."""
-    from ttt.envs import has_jax_env
-    from ttt.evaluate import evaluate
-    from ttt.pretrain import load_checkpoint, read_meta
-
-    key = eval_key(run, ckpt)
-    record_path = out / "evals" / f"{run['name']}-{key}.json"
+    run, ev = dict(plan.run), plan.eval
+    meta = read_meta(ckpt)
+    key = eval_key(plan, ckpt, meta)
+    record_path = out / "evals" / f"{plan.name}-{key}.json"
     if record_path.exists():
         record = read_json(record_path)
         if isinstance(record, dict) and record.get("eval_key") == key and "mean" in record:
             return record
-        echo(f"  eval: {record_path} is corrupt (truncated or not a record); evaluating {run['name']} again")
+        echo(f"  eval: {record_path} is corrupt (truncated or not a record); evaluating {plan.name} again")
         record_path.unlink()
-    reused = _reused_record(run, key, out, shared, echo)
+    reused = _reused_record(plan, key, out, shared, echo)
     if reused is not None:
         atomic_write_text(record_path, dumps(reused))
         return reused
-    meta = read_meta(ckpt)
-    setup = make_eval_setup(run, meta, max_episode_steps(env_id(run)))
-    driver = run["driver"]
-    if driver == "auto":
-        driver = "compiled" if has_jax_env(setup.spec.env_id) else "host"
+    setup = make_eval_setup(plan, ckpt, meta)
+    driver = ev.driver
     states, meta = load_checkpoint(ckpt, meta)
     partial = out / "evals" / f".partial-{key}"
     reuse = states.opt_state if setup.ttt is not None and setup.ttt.finetune.reuse_opt_state else None
     per_task = []
-    per_chunk = meta["seeds"] * run["episodes"]
-    total = per_chunk * len(run["tasks"])
+    per_chunk = meta["seeds"] * ev.episodes
+    total = per_chunk * len(ev.tasks)
     finished = {}  # tasks a previous process finished: read first, so the bar's rate counts only new work
-    for t in run["tasks"]:
+    for t in ev.tasks:
         f = partial / f"task{t}.npz"
         if f.exists():
             finished[t] = load_npz(f)
@@ -265,9 +222,9 @@ def evaluate_run(
                 echo(f"  eval: {f} is corrupt (unreadable); evaluating task {t} again")
                 f.unlink()
     done = per_chunk * sum(part is not None for part in finished.values())
-    with bar(f"eval {run['name']}", "episodes") as b:
+    with bar(f"eval {plan.name}", "episodes") as b:
         b(done, total)
-        for t in run["tasks"]:
+        for t in ev.tasks:
             f = partial / f"task{t}.npz"
             part = finished.get(t)
             if part is None:
@@ -276,13 +233,13 @@ def evaluate_run(
                     states.agent,
                     data,
                     opt_states=reuse,
-                    episodes=run["episodes"],
+                    episodes=ev.episodes,
                     tasks=(t,),
-                    seed=run["eval_seed"],
+                    seed=ev.seed,
                     driver=driver,
-                    batch_size=run["chunk"],
+                    batch_size=ev.chunk,
                     progress=lambda d, n, base=done: b(base + d, total),
-                    env=envs.get(setup.spec.env_id, run["backend"]) if driver == "compiled" else None,
+                    env=envs.get(setup.spec.env_id, ev.settings["backend"]) if driver == "compiled" else None,
                 )
                 arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
                 arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
@@ -291,11 +248,11 @@ def evaluate_run(
                     arrays["start_xy"] = res.starts[..., :2]
                     arrays["goal_xy"] = res.goals[..., :2]
                 atomic_save_npz(f, arrays, compress=False)
-                fig = out / "figures" / f"{run['name']}.npz"
-                wanted = t == run["tasks"][0] or not all(fig.with_suffix(f".{o}.npz").exists()
-                                                         for o in ("success", "failure"))  # fmt: skip
-                if run["figure"] and wanted and setup.ttt is not None and "xy" in arrays:
-                    save_selection_figure(run, setup, states.agent, data, res, fig, task=t)
+                fig = out / "figures" / f"{plan.name}.npz"
+                wanted = t == ev.tasks[0] or not all(fig.with_suffix(f".{o}.npz").exists()
+                                                     for o in ("success", "failure"))  # fmt: skip
+                if ev.figure and wanted and setup.ttt is not None and "xy" in arrays:
+                    save_selection_figure(ev, setup, states.agent, data, res, fig, task=t)
                 part = load_npz(f)
                 done += per_chunk
                 b(done, total)
@@ -326,12 +283,12 @@ def evaluate_run(
     if "xy" in per_task[0]:
         trajectories = dict(xy=cat("xy"), start=cat("start_xy"), goal=cat("goal_xy"), success=success,
                             steps=cat("steps"))  # fmt: skip
-        atomic_save_npz(out / "trajectories" / f"{run['name']}.npz", trajectories, compress=False)
+        atomic_save_npz(out / "trajectories" / f"{plan.name}.npz", trajectories, compress=False)
     atomic_write_text(record_path, dumps(record))
     if shared is not None:
         atomic_write_text(shared / f"{key}.json", dumps(record))
     echo(
-        f"  eval: {run['name']}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
+        f"  eval: {plan.name}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
         f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
     )
     return record

@@ -1,0 +1,111 @@
+"""One plan per run: a pipeline row is resolved once into a checked, immutable `RunPlan`, and the pipeline, `ttt eval`
+and `ttt.load_run` build their `EvalSetup` through one resolver (`ttt.setups.checkpoint_setup`). No training, no
+compiled program: the plans and setups are made from a metadata dict."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ttt.data.specs import get_spec
+from ttt.errors import TttError
+from ttt.pipeline import load_pipeline, make_eval_setup, plan_run, select_random_rank
+from ttt.pipeline.keys import BASE_EVAL_KEYS
+from ttt.pipeline.plan import RunPlan
+from ttt.presets import make_configs
+from ttt.pretrain import config_dict
+from ttt.setups import checkpoint_setup, make_setup
+
+PIPE = """
+[defaults]
+dataset = "pointmaze-medium-navigate-v0"
+data_episodes = 4
+agent = "gcbc"
+agent_config = { actor_hidden_dims = [8, 8], value_hidden_dims = [8, 8] }
+steps = 7
+seeds = 2
+tasks = [2, 3]
+[[run]]
+name = "base"
+variant = "base"
+[[run]]
+name = "ttt"
+variant = "ttt"
+K = 250
+N = 20
+[[run]]
+name = "control"
+variant = "ttt-mc"
+selection = "random-rank"
+rule = "paper"
+H = 50
+"""
+
+
+def _runs(tmp_path: Path, text: str = PIPE, **sets) -> dict:
+    (tmp_path / "p.toml").write_text(text)
+    return {r["name"]: r for r in load_pipeline(tmp_path / "p.toml", sets).runs}
+
+
+def _meta(plan: RunPlan) -> dict:
+    """The metadata a checkpoint of `plan`'s pre-training would carry (what the setup resolver reads)."""
+    spec = plan.data.spec
+    return dict(agent=plan.train.agent, backbone=plan.train.backbone, config=config_dict(plan.train.cfg),
+                sampler=config_dict(plan.train.sampler), dataset=spec.name, dataset_hash="h", obs_dim=spec.ob_dim,
+                action_dim=spec.action_dim, seeds=plan.train.seeds, step=plan.train.steps)  # fmt: skip
+
+
+def test_a_row_is_resolved_once_into_an_immutable_plan(tmp_path):
+    runs = _runs(tmp_path)
+    plan = plan_run(runs["ttt"], tmp_path / "cache")
+    spec = get_spec("pointmaze-medium-navigate-v0")
+    assert plan.data.spec == spec and plan.data.episodes == 4 and plan.data.cached
+    assert plan.data.directory == tmp_path / "cache" / "data" / "pointmaze-medium-navigate-v0-e4-s0"
+    cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": [8, 8], "value_hidden_dims": [8, 8]})
+    assert (plan.train.cfg, plan.train.sampler, plan.train.steps, plan.train.seeds) == (cfg, sampler, 7, 2)
+    assert plan.train.checkpoint is None and plan.train.root == tmp_path / "cache" / "ckpt" / spec.name
+    assert plan.eval.driver == "compiled" and plan.eval.tasks == (2, 3)  # 'auto' resolved
+    assert plan.eval.settings["K"] == 250 and plan.eval.settings["rule"] == "episodes"  # the rule in force
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.train.steps = 8  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        plan.eval.settings["K"] = 1  # type: ignore[index]
+    base = plan_run(runs["base"], tmp_path / "cache")
+    assert set(base.eval.key) == set(BASE_EVAL_KEYS)  # a base row's evaluation ignores the TTT settings
+    assert base.eval.settings == {"backend": "mujoco", "transforms": base.eval.settings["transforms"]}
+    full = plan_run({**runs["base"], "data_episodes": None}, tmp_path / "cache")
+    assert full.data.episodes == spec.episodes and not full.data.cached  # OGBench's directory: the user's
+
+
+def test_the_pipeline_ttt_eval_and_load_run_build_one_setup(tmp_path):
+    runs = _runs(tmp_path)
+    for name, settings in (("ttt", dict(K=250, N=20, rule="episodes")),
+                           ("control", dict(H=50, rule="paper", transforms=None))):  # fmt: skip
+        plan = plan_run(runs[name], tmp_path / "cache")
+        meta = _meta(plan)
+        pipeline = make_eval_setup(plan, tmp_path / "ck", meta)
+        if name == "control":  # the selection control is a transform the plan swaps in
+            assert pipeline.transforms.select is select_random_rank
+            settings["transforms"] = pipeline.transforms
+        ttt_eval = checkpoint_setup(meta, plan.eval.variant, where="ck", **settings)  # what `ttt eval` / load_run do
+        assert pipeline == ttt_eval
+        spec = plan.data.spec
+        assert pipeline == make_setup(plan.eval.variant, "gcbc", plan.train.cfg, plan.train.sampler, spec, 1000,
+                                      **settings)  # fmt: skip
+    assert pipeline.ttt.select.mode == "fixed" and pipeline.ttt.select.H == 50
+
+
+def test_a_plan_refuses_a_row_before_any_stage(tmp_path):
+    runs = _runs(tmp_path)
+    with pytest.raises(TttError, match=r"^run ttt: K must be in \[1, 1000\] \(the episode length of pointmaze"):
+        plan_run({**runs["ttt"], "K": 1001})
+    with pytest.raises(TttError, match=r"^run ttt: ft_alpha is the BC weight .* gcbc has none"):
+        plan_run({**runs["ttt"], "ft_alpha": 0.3})
+    with pytest.raises(TttError, match=r"^run base: agent_config: "):
+        plan_run({**runs["base"], "agent_config": {"no_such_field": 1}})
+    plan = plan_run(runs["ttt"])
+    meta = _meta(plan_run({**runs["ttt"], "variant": "ttt-mc", "agent_config": {"with_critic": False}}))
+    with pytest.raises(TttError, match=r"^run ttt: variant ttt needs a value function"):
+        make_eval_setup(plan, Path("ck"), meta)  # a checkpoint the row names may lack what the row needs

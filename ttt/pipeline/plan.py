@@ -1,0 +1,205 @@
+"""The plan of one pipeline run: a run's keys (one row of `ttt.pipeline.config`, a flat dict) resolved ONCE into a
+typed, immutable `RunPlan`, checked when it is made, which every stage then consumes:
+
+    run (dict) --plan_run--> RunPlan(data: DataPlan, train: TrainPlan, eval: EvalPlan)
+        ensure_data(plan)                          -> the dataset's directory
+        load_data(plan)                            -> the Dataset
+        ensure_checkpoint(plan, data, data_hash)   -> the checkpoint directory
+        evaluate_run(plan, checkpoint, data)       -> the record (results.json's row)
+
+What a plan cannot know before the stages run is the dataset's content hash and the checkpoint's content: the
+checkpoint key and the evaluation key are functions of the plan and those (`ttt.pipeline.keys`). `plan_run` makes
+every check that needs no data or training (what `ttt run --dry-run` checks, and `ttt run` before the first stage).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ttt.agents import get_backbone
+from ttt.data.generate import generation_bytes
+from ttt.data.sampler import SamplerConfig
+from ttt.data.specs import DatasetSpec, get_spec
+from ttt.envs import has_jax_env
+from ttt.envs.gym import max_episode_steps
+from ttt.episode import Transforms
+from ttt.errors import TttError
+from ttt.evaluate import EvalSetup
+from ttt.finetune import FinetuneConfig, finetune_backbone_config
+from ttt.pipeline.config import Pipeline, effective_rule
+from ttt.pipeline.keys import cache_root, data_dir, eval_settings
+from ttt.pipeline.settings import relevance_everywhere, select_random_rank
+from ttt.presets import get_agent, get_profile, make_configs
+from ttt.setups import checkpoint_setup
+from ttt.storage import check_memory
+
+
+@dataclasses.dataclass(frozen=True)
+class DataPlan:
+    """Stage 1, the dataset: which one, how many episodes of which seed, and where it lives."""
+
+    spec: DatasetSpec
+    episodes: int  # training episodes (the run's data_episodes, else OGBench's full size)
+    seed: int
+    directory: Path  # the run's data_dir, OGBench's directory at full size, else the cache's
+    cached: bool  # it lives in the cache: a corrupt copy is generated again (else it is the user's: reported)
+    expert: str | None  # antmaze: the ant expert that generates it
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def what(self) -> str:
+        return f"{self.name} ({self.episodes} episodes, seed {self.seed})"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainPlan:
+    """Stage 2, pre-training: the agent, its resolved backbone and sampler configs, the steps and seeds."""
+
+    agent: str
+    backbone: str
+    profile: str
+    cfg: Any  # the backbone's Config (profile, preset and the run's agent_config applied)
+    sampler: SamplerConfig
+    steps: int  # the run's steps, else the profile's
+    seeds: int
+    seed: int
+    chunk: int  # steps per compiled chunk / checkpoint
+    checkpoint: Path | None  # a checkpoint the run names (the user's); None: the cache's, keyed by content
+    root: Path  # where the cache keeps checkpoints of this dataset: ROOT/AGENT-PROFILE-<checkpoint key>
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalPlan:
+    """Stage 3, evaluation: the variant, the settings its `EvalSetup` is made of, and the episodes."""
+
+    variant: str
+    settings: Mapping[str, Any]  # `ttt.setups.make_setup`'s keywords (K, N, ..., backend, transforms)
+    driver: str  # 'compiled' or 'host' (the run's 'auto' resolved)
+    episodes: int  # per task and seed
+    tasks: tuple[int, ...]
+    seed: int
+    chunk: int  # episodes per compiled call
+    figure: bool  # save the data selected during one episode
+    key: Mapping[str, Any]  # the settings the evaluation's content key depends on (`keys.eval_settings`)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """One run of a pipeline, resolved: its name, the row it came from (kept in its record) and its three stages."""
+
+    name: str
+    run: Mapping[str, Any]
+    data: DataPlan
+    train: TrainPlan
+    eval: EvalPlan
+
+
+def plan_run(run: dict, cache: str | Path | None = None) -> RunPlan:
+    """Resolve a run (a row of a loaded pipeline) into its `RunPlan`, making every check that needs no data or
+    training: the backbone config overrides (keys, types, ranges), sizes the machine's memory cannot hold, and for
+    TTT rows the period K against the episode length, the need for a value function and fine-tuning's settings.
+    `cache`: the cache directory (default: `cache_root()`)."""
+    where = f"run {run['name']}"
+    cache = cache_root(cache)
+    spec = get_spec(run["dataset"])
+    train = _train_plan(run, spec, cache, where)
+    max_steps = max_episode_steps(spec.env_id)
+    data = _data_plan(run, spec, cache, where)
+    evaluation = _eval_plan(run, spec, train, max_steps, where)
+    return RunPlan(run["name"], MappingProxyType(dict(run)), data, train, evaluation)
+
+
+def plan_pipeline(pipe: Pipeline, cache: str | Path | None = None) -> tuple[RunPlan, ...]:
+    """The plan of every run of `pipe`, in order (`plan_run`)."""
+    return tuple(plan_run(run, cache) for run in pipe.runs)
+
+
+def validate_run(run: dict) -> None:
+    """Every check of a run that needs no data or training (`plan_run`'s); `ttt run --dry-run` runs it on every run."""
+    plan_run(run)
+
+
+def make_eval_setup(plan: RunPlan, ckpt: Path, meta: dict) -> EvalSetup:
+    """The `EvalSetup` of `plan` for the checkpoint `ckpt` whose metadata is `meta` (its backbone and configs: a
+    checkpoint the run names may differ from the plan's), by the resolver `ttt eval` and `ttt.load_run` use."""
+    try:
+        return checkpoint_setup(meta, plan.eval.variant, dataset=plan.data.name, where=str(ckpt),
+                                **plan.eval.settings)  # fmt: skip
+    except TttError as e:
+        raise TttError(f"run {plan.name}: {e}") from None
+
+
+def _train_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> TrainPlan:
+    try:
+        cfg, sampler = make_configs(run["agent"], spec, run["profile"], dict(run["agent_config"]))
+    except TttError as e:
+        raise TttError(f"{where}: agent_config: {e}") from None
+    steps = get_profile(run["profile"]).steps if run["steps"] is None else run["steps"]
+    checkpoint = None if run["checkpoint"] is None else Path(run["checkpoint"]).expanduser()
+    return TrainPlan(run["agent"], get_agent(run["agent"]).backbone, run["profile"], cfg, sampler, steps, run["seeds"],
+                     run["train_seed"], run["train_chunk"], checkpoint, cache / "ckpt" / spec.name)  # fmt: skip
+
+
+def _data_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> DataPlan:
+    if run["data_episodes"] is not None:
+        check_memory(generation_bytes(spec, run["data_episodes"]), f"{where}: data_episodes = {run['data_episodes']}",
+                     f"ask for fewer (OGBench's size: {spec.episodes})")  # fmt: skip
+    episodes = spec.episodes if run["data_episodes"] is None else run["data_episodes"]
+    cached = run["data_dir"] is None and run["data_episodes"] is not None
+    return DataPlan(spec, episodes, run["data_seed"], data_dir(run, cache), cached, run["expert"])
+
+
+def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, where: str) -> EvalPlan:
+    n = run["seeds"] * len(run["tasks"]) * run["episodes"]
+    check_memory(2 * n * max_steps * spec.ob_dim * 4, f"{where}: episodes = {run['episodes']} ({n} episodes with "
+                 "every seed and task)", "ask for fewer episodes")  # fmt: skip
+    settings: dict[str, Any] = dict(backend=run["backend"], transforms=Transforms())
+    if run["variant"] != "base":
+        _check_ttt(run, spec, train, max_steps, where)
+        settings.update(_ttt_settings(run))
+    driver = run["driver"]
+    if driver == "auto":
+        driver = "compiled" if has_jax_env(spec.env_id) else "host"
+    key = MappingProxyType(eval_settings(run, spec.env_id))
+    return EvalPlan(run["variant"], MappingProxyType(settings), driver, run["episodes"], tuple(run["tasks"]),
+                    run["eval_seed"], run["chunk"], run["figure"], key)  # fmt: skip
+
+
+def _check_ttt(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, where: str) -> None:
+    """A TTT row's checks against the backbone and the environment, before any training."""
+    if not 1 <= run["K"] <= max_steps:
+        raise TttError(f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}")
+    backbone = get_backbone(train.backbone)
+    if (run["variant"] == "ttt" or run["relevance"] == "value") and not backbone.has_value(train.cfg):
+        raise TttError(f"{where}: variant {run['variant']} needs a value function, which {run['agent']} lacks; use "
+                       "variant ttt-mc with relevance 'distance'")  # fmt: skip
+    try:  # the one check of ft_alpha against the backbone (fine-tuning's own)
+        finetune_backbone_config(backbone.name, train.cfg, FinetuneConfig(alpha=run["ft_alpha"]))
+    except ValueError:
+        raise TttError(f"{where}: ft_alpha is the BC weight of a DDPG+BC or AWR actor loss; {run['agent']} has none "
+                       "(valid for gciql, gciql-awr, qrl)") from None  # fmt: skip
+    if run["batch"] is not None and run["batch"] < 1:
+        raise TttError(f"{where}: batch must be >= 1, got {run['batch']}")
+
+
+def _ttt_settings(run: dict) -> dict[str, Any]:
+    """`make_setup`'s keywords of a TTT row; the selection controls (`selection`) as q and transforms."""
+    transforms = Transforms()
+    if run["selection"] in ("optimal", "random"):
+        transforms = dataclasses.replace(transforms, relevance=relevance_everywhere)
+    if run["selection"] == "random-rank":
+        transforms = dataclasses.replace(transforms, select=select_random_rank)
+    q = 1.0 if run["selection"] in ("relevant", "random") else run["q"]
+    return dict(K=run["K"], N=run["N"], lr=run["lr"], q=q, eps=run["eps"], h_min=run["h_min"], H=run["H"],
+                mix=run["mix"], noise_alpha=run["noise_alpha"], relevance=run["relevance"], c_rel=run["c_rel"],
+                rule=effective_rule(run), n_episodes=run["n_episodes"], slack=run["slack"], batch=run["batch"],
+                critic=run["critic"], once=run["once"], reset_after_horizon=run["reset_after_horizon"],
+                reuse_adam=run["reuse_adam"], ft_train=run["ft_train"], ft_alpha=run["ft_alpha"],
+                transforms=transforms)  # fmt: skip
