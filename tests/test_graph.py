@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_same_values
 
 from ttt.graph import (
     FAR_STEPS,
@@ -150,3 +151,53 @@ def test_config_checks():
         TTGSConfig(tau=0.0)
     with pytest.raises(ValueError, match="max_hops"):
         TTGSConfig(max_hops=1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The compiled episode with TTGS (`make_episodes(..., ttgs=...)`) on the wall-free toy point env.
+
+
+def _episodes(ttgs, backbone_cfg=None):
+    import equinox as eqx
+    from test_episode import CFG, DATA, ENV, SAMPLER, SPEC, L, agents, keys_tasks
+
+    from ttt.episode import make_episodes
+
+    run = eqx.filter_jit(make_episodes("gcbc", backbone_cfg or CFG, SAMPLER, SPEC, None, L, ttgs=ttgs))
+    rk, tk, tasks = keys_tasks(2)
+    return run(agents(2), None, ENV, DATA, rk, tk, tasks), DATA
+
+
+@pytest.mark.parametrize("distance", ["value", "l2"])
+def test_episode_within_threshold_of_the_goal_is_the_base_policy(distance):
+    """With a threshold no distance exceeds, every step's subgoal is the goal: the episodes equal the base
+    policy's, and the metrics say every step acted towards the goal."""
+    base, _ = _episodes(None)
+    out, _ = _episodes(TTGSConfig(n_vertices=30, threshold=1e9, distance=distance, max_hops=8))
+    assert_same_values(out.observations, base.observations)  # float32 rounding under the suite's XLA flags
+    np.testing.assert_array_equal(np.asarray(out.rounds["ttgs_goal_frac"]), 1.0)
+    assert "ttgs_goal_frac" not in base.rounds
+
+
+def test_episode_unreachable_goal_falls_back_to_the_goal():
+    """Every edge longer than tau = 1e-6 steps and penalty 1e30: every edge costs inf, no path reaches the goal's
+    vertex, the policy acts towards the goal (the base policy's episodes) and the round metrics count the plan."""
+    base, _ = _episodes(None)
+    cfg = TTGSConfig(n_vertices=30, tau=1e-6, penalty=1e30, threshold=1e-3, distance="l2", max_hops=8)
+    out, _ = _episodes(cfg)
+    assert_same_values(out.observations, base.observations)  # float32 rounding under the suite's XLA flags
+    np.testing.assert_array_equal(np.asarray(out.rounds["ttgs_unreachable"]), 1)
+    np.testing.assert_array_equal(np.asarray(out.rounds["ttgs_goal_frac"]), 1.0)
+
+
+def test_episode_acts_towards_dataset_subgoals():
+    """With a small threshold the policy is handed path points (dataset observations) on some steps, so the
+    episodes differ from the base policy's; replanning every step it drifts from its subgoal counts plans."""
+    base, data = _episodes(None)
+    cfg = TTGSConfig(n_vertices=60, tau=6.0, threshold=4.0, distance="l2", max_hops=8, replan_factor=0.5,
+                     replan_cooldown=3)  # fmt: skip
+    out, _ = _episodes(cfg)
+    frac = np.asarray(out.rounds["ttgs_goal_frac"])
+    assert (frac < 1.0).all()
+    assert not np.array_equal(np.asarray(out.observations), np.asarray(base.observations))
+    assert (np.asarray(out.rounds["ttgs_plans"]) >= 1).all() and (np.asarray(out.rounds["ttgs_unreachable"]) == 0).all()

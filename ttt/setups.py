@@ -10,6 +10,7 @@ against its valid range, and `load_run` loads a checkpoint with its dataset and 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -19,9 +20,11 @@ from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
+from ttt.graph import TTGSConfig
 from ttt.select import SelectConfig
 
-VARIANTS = ("base", "ttt", "ttt-mc")  # base policy; GC-TTT ranking by the critic; GC-TTT without a critic
+# base policy; GC-TTT ranking by the critic; GC-TTT without a critic; test-time graph search (no training)
+VARIANTS = ("base", "ttt", "ttt-mc", "ttgs")
 
 
 def make_setup(
@@ -51,6 +54,7 @@ def make_setup(
     reuse_adam: bool = False,
     ft_train: str = "all",
     ft_alpha: float | None = None,
+    ttgs: TTGSConfig | dict | None = None,
     label: Callable[[str], str] = str,
 ) -> EvalSetup:
     """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` with config `cfg`.
@@ -64,6 +68,9 @@ def make_setup(
       `reset_after_horizon`, `reuse_adam`: as `ttt eval --help` describes them (docs/algorithm.md);
     - `ft_train`: the networks fine-tuning moves, 'all' or 'actor' (the policy only); `ft_alpha`: the backbone's BC
       weight alpha during fine-tuning (None: the checkpoint's);
+    - `ttgs` (variant 'ttgs'): test-time graph search's settings, a `ttt.graph.TTGSConfig` or a dict of its fields
+      (None: the published defaults; `distance` defaults to 'value' where the backbone has a value function, else
+      'l2'); the GC-TTT settings above are then ignored, as for 'base';
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
@@ -75,6 +82,10 @@ def make_setup(
     if variant == "base":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms)
     from ttt.agents import get_backbone
+
+    if variant == "ttgs":
+        return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms,
+                         ttgs_config(backbone, cfg, ttgs, label))  # fmt: skip
 
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
@@ -127,6 +138,29 @@ def make_setup(
     if variant == "ttt" and not get_backbone(backbone).has_value(cfg):
         raise TttError(f"variant ttt needs a value function, which this {backbone} agent lacks; use ttt-mc")
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms)
+
+
+def ttgs_config(backbone: str, cfg: Any, ttgs: TTGSConfig | dict | None, label: Callable[[str], str] = str):
+    """The checked `TTGSConfig` of `ttgs` (a config, a dict of its fields, or None: the defaults) for a backbone:
+    distance 'value' by default where it has a value function, else 'l2'; a bad field raises `TttError`."""
+    from ttt.agents import get_backbone
+
+    has_value = get_backbone(backbone).has_value(cfg)
+    if not isinstance(ttgs, TTGSConfig):
+        fields = dict(ttgs or {})
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(TTGSConfig)})
+        if unknown:
+            raise TttError(f"{label('ttgs')}: unknown field(s) {', '.join(unknown)}; valid: "
+                           f"{', '.join(f.name for f in dataclasses.fields(TTGSConfig))}")  # fmt: skip
+        fields.setdefault("distance", "value" if has_value else "l2")
+        try:
+            ttgs = TTGSConfig(**fields)
+        except (TypeError, ValueError) as e:
+            raise TttError(f"{label('ttgs')}: {e}") from None
+    if ttgs.distance == "value" and not has_value:
+        raise TttError(f"{label('ttgs')}: distance 'value' needs a value function, which this {backbone} agent "
+                       "lacks; use distance 'l2'")  # fmt: skip
+    return ttgs
 
 
 def load_run(

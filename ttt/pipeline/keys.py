@@ -88,7 +88,7 @@ def eval_key(run: dict, ckpt: Path) -> str:
     from ttt.pretrain import read_meta
 
     ck = checkpoint_identity(ckpt, read_meta(ckpt))
-    keys = BASE_EVAL_KEYS if run["variant"] == "base" else EVAL_KEYS
+    keys = {"base": BASE_EVAL_KEYS, "ttgs": BASE_EVAL_KEYS + ("ttgs",)}.get(run["variant"], EVAL_KEYS)
     settings = {k: run[k] for k in keys if k not in LATE_EVAL_KEYS or run[k] != RUN_KEYS[k].default}
     if "rule" in settings:  # the rule in force, not `null`: a changed default is another evaluation
         settings["rule"] = effective_rule(run)

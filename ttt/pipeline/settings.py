@@ -43,6 +43,11 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
     cfg, sampler = backbone_config(meta), sampler_config(meta)
     where = f"run {run['name']}"
     ttt, transforms = None, Transforms()
+    if run["variant"] == "ttgs":
+        from ttt.setups import ttgs_config
+
+        ttgs = ttgs_config(meta["backbone"], cfg, run["ttgs"], lambda _: f"{where}: ttgs")
+        return EvalSetup(meta["backbone"], cfg, sampler, spec, None, max_steps, run["backend"], transforms, ttgs)
     if run["variant"] != "base":
         from ttt.agents import get_backbone
 
@@ -96,6 +101,11 @@ def validate_run(run: dict) -> None:
     max_steps = max_episode_steps(spec.env_id)
     _check_sizes(run, spec, max_steps, where)
     if run["variant"] == "base":
+        return
+    if run["variant"] == "ttgs":
+        from ttt.setups import ttgs_config
+
+        ttgs_config(get_agent_backbone(run["agent"]), cfg, run["ttgs"], lambda _: f"{where}: ttgs")
         return
     if not 1 <= run["K"] <= max_steps:
         raise TttError(f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}")
