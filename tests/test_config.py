@@ -11,7 +11,14 @@ import pytest
 
 from ttt.cli import main
 from ttt.errors import TttError
-from ttt.pipeline.config import RUN_KEYS, available_pipelines, find_pipeline, load_pipeline, parse_sets
+from ttt.pipeline.config import (
+    RUN_KEYS,
+    available_pipelines,
+    effective_rule,
+    find_pipeline,
+    load_pipeline,
+    parse_sets,
+)
 from ttt.pipeline.report import rows, welch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -197,3 +204,7 @@ def test_ttgs_rows_check_their_settings_before_any_stage(tmp_path):
         validate_run({**r, "ttgs": {"taus": 3}})
     with pytest.raises(TttError, match="ttgs: TTGS threshold must be a finite number > 0, got -1"):
         validate_run({**r, "ttgs": {"threshold": -1}})
+    p = write(tmp_path, "[[run]]\nvariant = 'ttt+ttgs'\nttgs = { n_vertices = 500 }\n")
+    (r,) = load_pipeline(p).runs
+    validate_run(r)
+    assert effective_rule(r) == "episodes"  # the GC-TTT part is variant ttt's, with the critic's rule

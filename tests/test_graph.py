@@ -201,3 +201,31 @@ def test_episode_acts_towards_dataset_subgoals():
     assert (frac < 1.0).all()
     assert not np.array_equal(np.asarray(out.observations), np.asarray(base.observations))
     assert (np.asarray(out.rounds["ttgs_plans"]) >= 1).all() and (np.asarray(out.rounds["ttgs_unreachable"]) == 0).all()
+
+
+@pytest.mark.parametrize("mode, rule", [("critic", "episodes"), ("mc", "paper")])
+def test_ttt_towards_a_subgoal_that_is_the_goal_is_gc_ttt(mode, rule):
+    """Variant ttt+ttgs with a threshold no distance exceeds: every round's subgoal is the goal, so its selections,
+    fine-tuning and episodes are GC-TTT's (the tables prepared anew each round equal the carried ones); with a small
+    threshold the rounds aim at path points and the episodes differ."""
+    import equinox as eqx
+    from test_episode import CFG, DATA, ENV, SAMPLER, SPEC, L, agents, keys_tasks, ttt_cfg
+
+    from ttt.episode import make_episodes
+
+    rk, tk, tasks = keys_tasks(2)
+    ag = agents(2)
+
+    def run(ttgs):
+        program = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(mode, rule=rule), L, ttgs=ttgs))
+        return program(ag, None, ENV, DATA, rk, tk, tasks)
+
+    gc_ttt = run(None)
+    same = run(TTGSConfig(n_vertices=30, threshold=1e9, distance="l2", max_hops=8))
+    assert_same_values(same.observations, gc_ttt.observations)
+    for name in ("n_rel", "n_selected", "n_train_rows"):
+        np.testing.assert_array_equal(same.rounds[name], gc_ttt.rounds[name])
+    assert (np.asarray(gc_ttt.rounds["n_selected"]) > 0).any()
+    other = run(TTGSConfig(n_vertices=60, tau=6.0, threshold=4.0, distance="l2", max_hops=8))
+    assert (np.asarray(other.rounds["ttgs_goal_frac"]) < 1).all()
+    assert not np.array_equal(np.asarray(other.observations), np.asarray(gc_ttt.observations))

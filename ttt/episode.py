@@ -477,7 +477,9 @@ def make_episodes(
     With `ttgs` (`ttt.graph.TTGSConfig`), test-time graph search: each episode's graph is built once for its goal
     (`lax.map` over the batch, so one n x n distance matrix is held at a time) from the pre-trained agent, the path
     is planned from the start, and at every step the policy acts towards TTGS's subgoal instead of the goal
-    (replanning per `TTGSConfig.replan_factor`); the round metrics gain `ttt.graph.TTGS_METRICS`.
+    (replanning per `TTGSConfig.replan_factor`); the round metrics gain `ttt.graph.TTGS_METRICS`. With both `ttt`
+    and `ttgs` (variant 'ttt+ttgs'), each round's GC-TTT selects and fine-tunes towards TTGS's subgoal at the
+    round's start (its tables prepared for that subgoal, each round anew) instead of the final goal.
     """
     if not (isinstance(max_steps, int) and max_steps >= 1):
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
@@ -515,17 +517,22 @@ def make_episodes(
 
         def round_body(carry, r):
             state, obs, done, success, steps, cache, plan_r = carry
-            tables_r = cache if lazy else tables
+            tables_r, tables_now, target_r = (cache if lazy else tables), tables, goal
             k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(ttt_keys, r)
             all_done = jnp.all(done)
             idle = done | ~params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
+            if ttt is not None and graph_fns is not None:  # GC-TTT towards TTGS's subgoal at the round's start
+                target_r, _ = jax.vmap(subgoal)(agents0, graphs, plan_r, obs, goal)
+                tables_now = jax.vmap(prepare, in_axes=(0, None, 0, None, 0))(agents0, data, target_r, oracle, params)
+                tables_r = tables_now
+                cache = tables_now if lazy else cache
             if ttt is not None:
 
                 v_adapt = jax.vmap(lambda *a: adapt(*a, round=r), in_axes=(0, opt_axis, 0, None, 0, 0, 0, 0))
                 if G >= B:  # the whole batch adapts together until all of it has ended
 
                     def run(obs, cache):
-                        out = v_adapt(agents0, opt_states0, k_adapt, data, tables_r, obs, goal, params)
+                        out = v_adapt(agents0, opt_states0, k_adapt, data, tables_r, obs, target_r, params)
                         return eqx.filter(out[0], eqx.is_array), out[1], out[2] if lazy else cache
 
                     def skip(obs, cache):
@@ -533,7 +540,7 @@ def make_episodes(
 
                     dyn, metrics, cache = jax.lax.cond(jnp.all(idle), skip, run, obs, cache)
                 else:
-                    batched = (agents0, opt_states0, k_adapt, tables, obs, goal, params)
+                    batched = (agents0, opt_states0, k_adapt, tables_now, obs, target_r, params)
                     dyn, metrics, cache = _adapt_live(v_adapt, G, idle, batched, data, dyn0, empty_round_metrics(B),
                                                       cache)  # fmt: skip
                 agents = eqx.combine(dyn, static)

@@ -23,8 +23,9 @@ from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.graph import TTGSConfig
 from ttt.select import SelectConfig
 
-# base policy; GC-TTT ranking by the critic; GC-TTT without a critic; test-time graph search (no training)
-VARIANTS = ("base", "ttt", "ttt-mc", "ttgs")
+# base policy; GC-TTT ranking by the critic; GC-TTT without a critic; test-time graph search (no training); GC-TTT
+# (critic) fine-tuned towards TTGS's subgoal each round
+VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
 
 
 def make_setup(
@@ -70,7 +71,8 @@ def make_setup(
       weight alpha during fine-tuning (None: the checkpoint's);
     - `ttgs` (variant 'ttgs'): test-time graph search's settings, a `ttt.graph.TTGSConfig` or a dict of its fields
       (None: the published defaults; `distance` defaults to 'value' where the backbone has a value function, else
-      'l2'); the GC-TTT settings above are then ignored, as for 'base';
+      'l2'); the GC-TTT settings above are then ignored, as for 'base'; variant 'ttt+ttgs' takes both: variant
+      'ttt' (the critic) whose selection and fine-tuning aim, each round, at TTGS's subgoal at the round's start;
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
@@ -86,6 +88,8 @@ def make_setup(
     if variant == "ttgs":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms,
                          ttgs_config(backbone, cfg, ttgs, label))  # fmt: skip
+    graph = ttgs_config(backbone, cfg, ttgs, label) if variant == "ttt+ttgs" else None
+    variant = "ttt" if variant == "ttt+ttgs" else variant  # its GC-TTT part is variant ttt's
 
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
@@ -137,7 +141,7 @@ def make_setup(
                        f"setup's rule is {ttt.select.rule_used!r}{why}; pass rule='paper'")  # fmt: skip
     if variant == "ttt" and not get_backbone(backbone).has_value(cfg):
         raise TttError(f"variant ttt needs a value function, which this {backbone} agent lacks; use ttt-mc")
-    return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms)
+    return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms, graph)
 
 
 def ttgs_config(backbone: str, cfg: Any, ttgs: TTGSConfig | dict | None, label: Callable[[str], str] = str):

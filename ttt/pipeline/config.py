@@ -30,7 +30,8 @@ from typing import Any
 
 from ttt.errors import TttError
 
-VARIANTS = ("base", "ttt", "ttt-mc", "ttgs")
+VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
+CRITIC_VARIANTS = ("ttt", "ttt+ttgs")  # GC-TTT ranking by the critic
 SELECTIONS = ("both", "relevant", "optimal", "random", "random-rank")
 
 
@@ -78,7 +79,7 @@ RUN_KEYS: dict[str, Key] = {
     "dataset": Key("str", "pointmaze-medium-navigate-v0", "OGBench dataset", choices=_dataset_names),
     "agent": Key("str", "gcbc", "backbone preset", choices=_agent_names),
     "variant": Key("str", "base", "base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (no critic), ttgs (test-time "
-                   "graph search)", choices=VARIANTS),
+                   "graph search), ttt+ttgs (ttt towards TTGS's subgoal)", choices=VARIANTS),
     "paper": Key("float", None, "the paper's success rate for this row (shown beside ours)", nullable=True),
     "paper_se": Key("float", None, "the paper's standard error for this row", nullable=True),
     "paper_ref": Key("str", None, "where the paper's figure comes from (e.g. 'Table 1')", nullable=True),
@@ -283,16 +284,16 @@ def _check_combination(r: dict, where: str) -> None:
     """Cross-key rules that no single key can check."""
     if r["relevance"] == "value" and r["c_rel"] is None:
         raise TttError(f"{where}: relevance = 'value' needs c_rel (the value threshold C, e.g. -18.0)")
-    if r["ttgs"] and r["variant"] != "ttgs":
-        raise TttError(f"{where}: ttgs (test-time graph search settings) applies to variant 'ttgs', got "
+    if r["ttgs"] and r["variant"] not in ("ttgs", "ttt+ttgs"):
+        raise TttError(f"{where}: ttgs (test-time graph search settings) applies to variant 'ttgs' or 'ttt+ttgs', got "
                        f"{r['variant']!r}")  # fmt: skip
     if r["H"] is not None and r["variant"] == "base":
         raise TttError(f"{where}: H (fixed return horizon) applies to ttt / ttt-mc runs, not variant 'base'")
-    if r["rule"] == "episodes" and r["variant"] != "ttt":
+    if r["rule"] == "episodes" and r["variant"] not in CRITIC_VARIANTS:
         raise TttError(f"{where}: rule 'episodes' ranks by a critic: it needs variant 'ttt', got {r['variant']!r}")
     if r["rule"] == "mc-episodes" and r["variant"] != "ttt-mc":
         raise TttError(f"{where}: rule 'mc-episodes' is critic-free: it needs variant 'ttt-mc', got {r['variant']!r}")
-    if r["critic"] == "oracle" and r["variant"] != "ttt":
+    if r["critic"] == "oracle" and r["variant"] not in CRITIC_VARIANTS:
         raise TttError(f"{where}: critic 'oracle' replaces the learned critic of variant 'ttt', got {r['variant']!r}")
     rule = effective_rule(r)
     if rule != "paper" and (r["H"] is not None or r["noise_alpha"] > 0 or r["selection"] != "both"):
@@ -352,7 +353,7 @@ def effective_rule(r: dict) -> str:
     code's critic rule; ttt-mc and fixed-H runs: 'paper'; base: 'paper', unused)."""
     if r["rule"] is not None:
         return r["rule"]
-    return "episodes" if r["variant"] == "ttt" and r["H"] is None else "paper"
+    return "episodes" if r["variant"] in CRITIC_VARIANTS and r["H"] is None else "paper"
 
 
 def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:

@@ -279,7 +279,7 @@ def paper_table_md(rs: list[dict]) -> str:
 
 
 VARIANT_LABELS = {"base": "base (no TTT)", "ttt-mc": "GC-TTT, critic-free", "ttt": "GC-TTT, critic",
-                  "ttgs": "TTGS (graph search)"}  # fmt: skip
+                  "ttgs": "TTGS (graph search)", "ttt+ttgs": "GC-TTT towards TTGS's subgoal"}  # fmt: skip
 AXIS_LABELS = {
     "steps": "pre-training updates",
     "K": "TTT period K (environment steps)",
@@ -315,11 +315,11 @@ def plot_bars(rs: list[dict], path: Path, title: str) -> None:
     plt = _plt()
     datasets = list(dict.fromkeys(r["dataset"] for r in rs))
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
-    colors = {"base": "#999999", "ttt-mc": "#7fb3d5", "ttt": "#e67e22", "ttgs": "#27ae60"}
+    colors = {"base": "#999999", "ttt-mc": "#7fb3d5", "ttt": "#e67e22", "ttgs": "#27ae60", "ttt+ttgs": "#8e44ad"}
     for ax, d in zip(axes[0], datasets, strict=True):
         sub = [r for r in rs if r["dataset"] == d]
         agents = list(dict.fromkeys(r["agent"] for r in sub))
-        variants = [v for v in ("base", "ttt-mc", "ttt", "ttgs") if any(r["variant"] == v for r in sub)]
+        variants = [v for v in ("base", "ttt-mc", "ttt", "ttgs", "ttt+ttgs") if any(r["variant"] == v for r in sub)]
         w = 0.8 / max(len(variants), 1)
         for vi, v in enumerate(variants):
             for ai, a in enumerate(agents):

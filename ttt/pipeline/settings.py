@@ -55,7 +55,7 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
             raise TttError(
                 f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}"
             )
-        critic = run["variant"] == "ttt"
+        critic = run["variant"] in ("ttt", "ttt+ttgs")
         if (critic or run["relevance"] == "value") and not get_backbone(meta["backbone"]).has_value(cfg):
             raise TttError(f"{where}: variant {run['variant']} needs a value function, which this {meta['agent']} "
                            "checkpoint lacks; use variant ttt-mc with relevance 'distance'")  # fmt: skip
@@ -81,7 +81,12 @@ def make_eval_setup(run: dict, meta: dict, max_steps: int):
             finetune_backbone_config(meta["backbone"], cfg, ttt.finetune)
         except ValueError as e:
             raise TttError(f"{where}: {e}") from None
-    return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps, run["backend"], transforms)
+    graph = None
+    if run["variant"] == "ttt+ttgs":
+        from ttt.setups import ttgs_config
+
+        graph = ttgs_config(meta["backbone"], cfg, run["ttgs"], lambda _: f"{where}: ttgs")
+    return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps, run["backend"], transforms, graph)
 
 
 def validate_run(run: dict) -> None:
@@ -110,7 +115,11 @@ def validate_run(run: dict) -> None:
     if not 1 <= run["K"] <= max_steps:
         raise TttError(f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}")
     backbone = get_backbone(get_agent_backbone(run["agent"]))
-    if (run["variant"] == "ttt" or run["relevance"] == "value") and not backbone.has_value(cfg):
+    if run["variant"] == "ttt+ttgs":
+        from ttt.setups import ttgs_config
+
+        ttgs_config(backbone.name, cfg, run["ttgs"], lambda _: f"{where}: ttgs")
+    if (run["variant"] in ("ttt", "ttt+ttgs") or run["relevance"] == "value") and not backbone.has_value(cfg):
         raise TttError(f"{where}: variant {run['variant']} needs a value function, which {run['agent']} lacks; use "
                        "variant ttt-mc with relevance 'distance'")  # fmt: skip
     try:  # the one check of ft_alpha against the backbone (fine-tuning's own)
