@@ -115,6 +115,11 @@ def test_the_graph_search_example_of_extending_md_runs_as_written(tiny_run, monk
     assert is_vertex or np.array_equal(np.asarray(target), np.asarray(ns["goal"]))
     with pytest.raises(ttt.TttError, match="ttgs: unknown field"):
         ttt.load_run(tiny_run / "runs" / "gcbc", data_dir=tiny_run / "data", variant="ttgs", ttgs={"taus": 3})
+    big = dataclasses.replace(setup, ttgs=dataclasses.replace(setup.ttgs, n_vertices=10**6))
+    with pytest.raises(ttt.TttError, match=r"^ttgs: n_vertices \(1000000\) exceeds the dataset's 3003 rows"):
+        evaluate(big, ns["agents"], ns["data"], episodes=1, tasks=(1,), env=ns["env"])
+    with pytest.raises(ttt.TttError, match="runs in the compiled episode only"):
+        evaluate(setup, ns["agents"], ns["data"], episodes=1, tasks=(1,), driver="host")
 
 
 def test_load_run_returns_setup_agents_data_env(loaded):

@@ -489,6 +489,9 @@ def evaluate(
     from ttt.envs.oracle import has_oracle, maze_oracle
 
     spec = setup.spec
+    if setup.ttgs is not None and setup.ttgs.n_vertices > data.n_rows:
+        raise TttError(f"ttgs: n_vertices ({setup.ttgs.n_vertices}) exceeds the dataset's {data.n_rows} rows; ask for "
+                       f"at most {data.n_rows}")  # fmt: skip
     if (data.obs_dim, data.action_dim) != (spec.ob_dim, spec.action_dim):
         raise TttError(f"data: observations of {data.obs_dim} and actions of {data.action_dim}, but the setup's "
                        f"dataset {spec.name} has {spec.ob_dim} and {spec.action_dim}; load that dataset")  # fmt: skip
