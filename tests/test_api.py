@@ -93,6 +93,35 @@ def test_the_one_function_rule_of_extending_md_runs_as_written(tiny_run, monkeyp
         assert (n0 == np.minimum(point["k"], result.rounds["n_rel"][..., 0])).all()
 
 
+def test_the_graph_search_example_of_extending_md_runs_as_written(tiny_run, monkeypatch, capsys):
+    """docs/extending.md's test-time graph search block: `load_run(..., variant="ttgs")` evaluates, and the pure
+    functions give a path from the vertex nearest the state that ends at the goal's vertex, and a subgoal that is
+    the goal or a vertex of the graph."""
+    text = (README.parent / "docs" / "extending.md").read_text()
+    (code,) = _python_blocks(text.split("<!-- graph-search:start -->")[1].split("<!-- graph-search:end -->")[0])
+    monkeypatch.chdir(tiny_run)
+    ns = {"__name__": "extending"}
+    exec(compile(code, "extending.md", "exec"), ns)  # noqa: S102
+    assert len(capsys.readouterr().out.strip().splitlines()) == 2
+    setup, graph, path, target = ns["setup"], ns["graph"], ns["path"], ns["target"]
+    assert setup.ttt is None and setup.ttgs.n_vertices == 256 and setup.ttgs.distance == "value"
+    assert ns["result"].rounds["ttgs_plans"].min() >= 1
+    n = int(path.n_points)
+    steps_from_state = ns["distance"](ns["agent"], graph.scale, ns["state"][None], graph.vertices)
+    assert int(path.path[0]) == int(np.argmin(np.asarray(steps_from_state)))
+    if bool(path.reachable) and not int(path.truncated):
+        assert int(path.path[n - 1]) == int(graph.target)
+    is_vertex = (np.asarray(graph.vertices) == np.asarray(target)).all(axis=1).any()
+    assert is_vertex or np.array_equal(np.asarray(target), np.asarray(ns["goal"]))
+    with pytest.raises(ttt.TttError, match="ttgs: unknown field"):
+        ttt.load_run(tiny_run / "runs" / "gcbc", data_dir=tiny_run / "data", variant="ttgs", ttgs={"taus": 3})
+    big = dataclasses.replace(setup, ttgs=dataclasses.replace(setup.ttgs, n_vertices=10**6))
+    with pytest.raises(ttt.TttError, match=r"^ttgs: n_vertices \(1000000\) exceeds the dataset's 3003 rows"):
+        evaluate(big, ns["agents"], ns["data"], episodes=1, tasks=(1,), env=ns["env"])
+    with pytest.raises(ttt.TttError, match="runs in the compiled episode only"):
+        evaluate(setup, ns["agents"], ns["data"], episodes=1, tasks=(1,), driver="host")
+
+
 def test_load_run_returns_setup_agents_data_env(loaded):
     setup, agents, data, env = loaded
     assert setup.backbone == "gcbc" and setup.ttt.K == 250 and setup.ttt.finetune.steps == 2

@@ -11,7 +11,14 @@ import pytest
 
 from ttt.cli import main
 from ttt.errors import TttError
-from ttt.pipeline.config import RUN_KEYS, available_pipelines, find_pipeline, load_pipeline, parse_sets
+from ttt.pipeline.config import (
+    RUN_KEYS,
+    available_pipelines,
+    effective_rule,
+    find_pipeline,
+    load_pipeline,
+    parse_sets,
+)
 from ttt.pipeline.report import rows, welch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -76,6 +83,8 @@ grid = { N = [10, 20], lr = [1e-3, 3] }
         ("name = 'x'\n", [], "no runs: add at least one [[run]] table"),
         ("[[run]\n", [], "not valid TOML"),
         ("[[run]]\n", ["episodes=0"], "episodes must be >= 1"),
+        ("[[run]]\nttgs = { tau = 3.0 }\n", [], "ttgs (test-time graph search settings) applies to variant 'ttgs'"),
+        ("[[run]]\nvariant = 'ttgs'\ngrid = { lr = [1e-3, 3e-4] }\n", [], "variant 'ttgs' reads no TTT setting"),
     ],
 )
 def test_bad_pipelines_name_the_key(tmp_path, text, sets, expected):
@@ -183,3 +192,19 @@ def test_antmaze_data_stage_needs_an_expert(tmp_path):
         ensure_data(plan_run(run, tmp_path / "cache"), True, bar, lambda s: None)
     with pytest.raises(TttError, match="the 'data' stage produces it"):
         ensure_data(plan_run(run, tmp_path / "cache"), False, bar, lambda s: None)
+
+
+def test_ttgs_rows_check_their_settings_before_any_stage(tmp_path):
+    from ttt.pipeline.plan import validate_run
+
+    p = write(tmp_path, "[[run]]\nvariant = 'ttgs'\nttgs = { n_vertices = 500, tau = 12.0 }\n")
+    (r,) = load_pipeline(p).runs
+    validate_run(r)  # gcbc (with its critic): distance 'value'
+    with pytest.raises(TttError, match=r"run gcbc-ttgs-pointmaze-medium-navigate: ttgs: unknown field\(s\) taus"):
+        validate_run({**r, "ttgs": {"taus": 3}})
+    with pytest.raises(TttError, match="ttgs: TTGS threshold must be a finite number > 0, got -1"):
+        validate_run({**r, "ttgs": {"threshold": -1}})
+    p = write(tmp_path, "[[run]]\nvariant = 'ttt+ttgs'\nttgs = { n_vertices = 500 }\n")
+    (r,) = load_pipeline(p).runs
+    validate_run(r)
+    assert effective_rule(r) == "episodes"  # the GC-TTT part is variant ttt's, with the critic's rule

@@ -40,6 +40,7 @@ def test_docs_are_linked_from_the_readme():
 TESTED_SECTIONS = {  # marked sections of docs/ whose Python blocks a test executes
     "worked-example": "tests/test_docs.py::test_extending_worked_example_runs",
     "context-rule": "tests/test_api.py::test_the_one_function_rule_of_extending_md_runs_as_written",
+    "graph-search": "tests/test_api.py::test_the_graph_search_example_of_extending_md_runs_as_written",
 }
 
 

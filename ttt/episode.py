@@ -39,6 +39,7 @@ from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
 from ttt.errors import TttError
 from ttt.finetune import FinetuneConfig, make_finetune
+from ttt.graph import TTGSConfig, make_ttgs, plan_metrics
 from ttt.hparams import TRACED, HParams, broadcast, defaults, make_hparams
 from ttt.select import Context, GoalTables, SelectConfig, round_weights
 
@@ -458,6 +459,7 @@ def make_episodes(
     ttt: TTTConfig | None,
     max_steps: int,
     transforms: Transforms = Transforms(),
+    ttgs: TTGSConfig | None = None,
 ):
     """`episodes(agents0, opt_states0, env, data, reset_keys, ttt_keys, tasks, oracle=None, params=None) ->
     EpisodeOut` for a batch of B episodes (leading axis B on every argument but `env`, `data` and `oracle`;
@@ -471,6 +473,13 @@ def make_episodes(
     nothing (OGBench's `terminate_at_goal`). Each round adapts only the episodes still running, `TTTConfig.bucket`
     at a time (`_adapt_live`), and once every episode of the batch has ended later rounds skip their steps too.
     Results per episode do not depend on the batch it ran in. With `ttt=None` the base policy runs.
+
+    With `ttgs` (`ttt.graph.TTGSConfig`), test-time graph search: each episode's graph is built once for its goal
+    (`lax.map` over the batch, so one n x n distance matrix is held at a time) from the pre-trained agent, the path
+    is planned from the start, and at every step the policy acts towards TTGS's subgoal instead of the goal
+    (replanning per `TTGSConfig.replan_factor`); the round metrics gain `ttt.graph.TTGS_METRICS`. With both `ttt`
+    and `ttgs` (variant 'ttt+ttgs'), each round's GC-TTT selects and fine-tunes towards TTGS's subgoal at the
+    round's start (its tables prepared for that subgoal, each round anew) instead of the final goal.
     """
     if not (isinstance(max_steps, int) and max_steps >= 1):
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
@@ -486,6 +495,7 @@ def make_episodes(
     K = max_steps if ttt is None else ttt.K
     R = n_rounds(max_steps, ttt)
     reset_after = ttt is not None and ttt.reset_after_horizon
+    graph_fns = None if ttgs is None else make_ttgs(backbone_name, cfg, spec, ttgs)
 
     def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks, oracle=None,
                  params=None) -> EpisodeOut:  # fmt: skip
@@ -499,20 +509,30 @@ def make_episodes(
             tables = jax.vmap(prepare, in_axes=(0, None, 0, None, 0))(agents0, data, goal, oracle, params)
         opt_axis = None if opt_states0 is None else 0
         dyn0, static = eqx.partition(agents0, eqx.is_array)
+        graphs = plan0 = None
+        if graph_fns is not None:  # TTGS: one graph per goal, built one episode at a time; the path from the start
+            _, build, plan, subgoal, after_step = graph_fns
+            graphs = jax.lax.map(lambda a: build(eqx.combine(a[0], static), data, a[1]), (dyn0, goal))
+            plan0 = jax.vmap(plan)(agents0, graphs, obs, goal)
 
         def round_body(carry, r):
-            state, obs, done, success, steps, cache = carry
-            tables_r = cache if lazy else tables
+            state, obs, done, success, steps, cache, plan_r = carry
+            tables_r, tables_now, target_r = (cache if lazy else tables), tables, goal
             k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(ttt_keys, r)
             all_done = jnp.all(done)
             idle = done | ~params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
+            if ttt is not None and graph_fns is not None:  # GC-TTT towards TTGS's subgoal at the round's start
+                target_r, _ = jax.vmap(subgoal)(agents0, graphs, plan_r, obs, goal)
+                tables_now = jax.vmap(prepare, in_axes=(0, None, 0, None, 0))(agents0, data, target_r, oracle, params)
+                tables_r = tables_now
+                cache = tables_now if lazy else cache
             if ttt is not None:
 
                 v_adapt = jax.vmap(lambda *a: adapt(*a, round=r), in_axes=(0, opt_axis, 0, None, 0, 0, 0, 0))
                 if G >= B:  # the whole batch adapts together until all of it has ended
 
                     def run(obs, cache):
-                        out = v_adapt(agents0, opt_states0, k_adapt, data, tables_r, obs, goal, params)
+                        out = v_adapt(agents0, opt_states0, k_adapt, data, tables_r, obs, target_r, params)
                         return eqx.filter(out[0], eqx.is_array), out[1], out[2] if lazy else cache
 
                     def skip(obs, cache):
@@ -520,7 +540,7 @@ def make_episodes(
 
                     dyn, metrics, cache = jax.lax.cond(jnp.all(idle), skip, run, obs, cache)
                 else:
-                    batched = (agents0, opt_states0, k_adapt, tables, obs, goal, params)
+                    batched = (agents0, opt_states0, k_adapt, tables_now, obs, target_r, params)
                     dyn, metrics, cache = _adapt_live(v_adapt, G, idle, batched, data, dyn0, empty_round_metrics(B),
                                                       cache)  # fmt: skip
                 agents = eqx.combine(dyn, static)
@@ -530,21 +550,28 @@ def make_episodes(
             metrics = {**_where_tree(~idle, metrics, empty_round_metrics(B)), "active": ~done}
 
             def step_body(c, i):
-                state, obs, done, success, steps = c
+                state, obs, done, success, steps, plan_s = c
                 t = r * K + i
                 active = ~done & (t < max_steps)
                 keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(k_act, i)
-                a = jax.vmap(act)(agents, obs, goal, keys, params.temperature)
+                target = goal
+                if graph_fns is not None:  # TTGS: act towards the subgoal
+                    target, new_plan = jax.vmap(subgoal)(agents0, graphs, plan_s, obs, goal)
+                    plan_s = _where_tree(active, new_plan, plan_s)
+                a = jax.vmap(act)(agents, obs, target, keys, params.temperature)
                 if reset_after:  # past the longest kept span: the pre-trained agent acts
-                    a0 = jax.vmap(act)(agents0, obs, goal, keys, params.temperature)
+                    a0 = jax.vmap(act)(agents0, obs, target, keys, params.temperature)
                     a = jnp.where((i > metrics["max_span"])[:, None], a0, a)
                 new_state, new_obs, hit = jax.vmap(env.step)(state, a)
                 state = _where_tree(active, new_state, state)
                 obs = jnp.where(active[:, None], new_obs, obs)
                 success = success | (active & hit)
                 steps = steps + active.astype(jnp.int32)
+                if graph_fns is not None:
+                    live = active & ~hit
+                    plan_s = jax.vmap(after_step)(agents0, graphs, plan_s, obs, goal, target, live)
                 done = done | (active & hit) | (t + 1 >= max_steps)
-                return (state, obs, done, success, steps), (obs, jnp.where(active[:, None], a, 0.0))
+                return (state, obs, done, success, steps, plan_s), (obs, jnp.where(active[:, None], a, 0.0))
 
             def rollout(c):
                 return jax.lax.scan(step_body, c, jnp.arange(K))
@@ -553,12 +580,14 @@ def make_episodes(
                 obs = c[1]
                 return c, (jnp.broadcast_to(obs, (K,) + obs.shape), jnp.zeros((K, B, spec.action_dim), obs.dtype))
 
-            carry, traj = jax.lax.cond(all_done, idle, rollout, carry[:5])
-            return (*carry, cache), (traj, metrics)
+            carry, traj = jax.lax.cond(all_done, idle, rollout, (*carry[:5], plan_r))
+            if graph_fns is not None:
+                metrics = {**metrics, **jax.vmap(plan_metrics)(carry[5])}
+            return (*carry[:5], cache, carry[5]), (traj, metrics)
 
         init = (state, obs, jnp.zeros((B,), bool), jnp.zeros((B,), bool), jnp.zeros((B,), jnp.int32),
-                tables if lazy else None)  # fmt: skip
-        (_, _, _, success, steps, _), ((obs_t, act_t), metrics) = jax.lax.scan(round_body, init, jnp.arange(R))
+                tables if lazy else None, plan0)  # fmt: skip
+        (_, _, _, success, steps, _, _), ((obs_t, act_t), metrics) = jax.lax.scan(round_body, init, jnp.arange(R))
         # (R, K, B, d) -> (B, R * K, d)
         obs_t = jnp.moveaxis(obs_t.reshape((R * K,) + obs_t.shape[2:]), 0, 1)[:, :max_steps]
         act_t = jnp.moveaxis(act_t.reshape((R * K,) + act_t.shape[2:]), 0, 1)[:, :max_steps]
@@ -583,10 +612,11 @@ def make_episode(
     ttt: TTTConfig | None,
     max_steps: int,
     transforms: Transforms = Transforms(),
+    ttgs: TTGSConfig | None = None,
 ):
     """`episode(agent0, opt_state0, env, data, reset_key, ttt_key, task) -> EpisodeOut`: one episode (the batched
     program with a batch of one); `jax.vmap` it over (seed, task, episode) or call `make_episodes` directly."""
-    episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps, transforms)
+    episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps, transforms, ttgs)
 
     def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task, oracle=None,
                 params=None) -> EpisodeOut:  # fmt: skip

@@ -40,6 +40,7 @@ from ttt.episode import (
     ttt_batch,
 )
 from ttt.errors import TttError
+from ttt.graph import TTGSConfig
 from ttt.hparams import TRACED, HParams, defaults, make_hparams
 from ttt.hparams import stack as stack_hparams
 from ttt.select import IGNORED_BY_RULE
@@ -144,7 +145,8 @@ make_env = make_gym_env  # deprecated name of `ttt.envs.gym.make_gym_env` (OGBen
 @dataclasses.dataclass(frozen=True)
 class EvalSetup:
     """Everything static about one evaluation: the backbone configuration, dataset spec, TTT settings (None:
-    base policy), episode length and the environment backend."""
+    base policy), episode length and the environment backend; `ttgs` (`ttt.graph.TTGSConfig`, None: off): test-time
+    graph search's subgoals for the policy (variant 'ttgs'; compiled driver only)."""
 
     backbone: str
     cfg: Any
@@ -154,6 +156,7 @@ class EvalSetup:
     max_steps: int
     backend: str = "mujoco"
     transforms: Transforms = Transforms()
+    ttgs: TTGSConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +261,7 @@ def make_compiled(setup: EvalSetup, max_traces: int | None = None):
     params) -> EpisodeOut[B]` (`episode.make_episodes` on each element's seed of the seed-stacked agents; `params`:
     each element's `HParams`, None: the setup's); shard its batch inputs to spread it over devices."""
     episodes = make_episodes(
-        setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.max_steps, setup.transforms
+        setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, setup.max_steps, setup.transforms, setup.ttgs
     )
 
     def program(agents, opt_states, env, data, seed_idx, reset_keys, ttt_keys, tasks, oracle=None, params=None):
@@ -477,12 +480,17 @@ def evaluate(
     """
     if driver not in ("compiled", "host"):
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
+    if driver == "host" and setup.ttgs is not None:
+        raise TttError("test-time graph search (setup.ttgs) runs in the compiled episode only: use driver 'compiled'")
     if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
         raise TttError(f"episodes (per task and seed) must be an int >= 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**63:
         raise TttError(f"seed (the evaluation seed) must be an int in [0, 2^63), got {seed!r}")
 
     spec = setup.spec
+    if setup.ttgs is not None and setup.ttgs.n_vertices > data.n_rows:
+        raise TttError(f"ttgs: n_vertices ({setup.ttgs.n_vertices}) exceeds the dataset's {data.n_rows} rows; ask for "
+                       f"at most {data.n_rows}")  # fmt: skip
     if (data.obs_dim, data.action_dim) != (spec.ob_dim, spec.action_dim):
         raise TttError(f"data: observations of {data.obs_dim} and actions of {data.action_dim}, but the setup's "
                        f"dataset {spec.name} has {spec.ob_dim} and {spec.action_dim}; load that dataset")  # fmt: skip

@@ -12,6 +12,7 @@ environment in one call.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -27,10 +28,13 @@ from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
+from ttt.graph import TTGSConfig
 from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
 from ttt.select import IGNORED_BY_RULE, SelectConfig
 
-VARIANTS = ("base", "ttt", "ttt-mc")  # base policy; GC-TTT ranking by the critic; GC-TTT without a critic
+# base policy; GC-TTT ranking by the critic; GC-TTT without a critic; test-time graph search (no training); GC-TTT
+# (critic) fine-tuned towards TTGS's subgoal each round
+VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
 
 
 def make_setup(
@@ -64,6 +68,7 @@ def make_setup(
     noise_alpha: float = 0.0,
     relevance: str = "distance",
     c_rel: float | None = None,
+    ttgs: TTGSConfig | dict | None = None,
     label: Callable[[str], str] = str,
 ) -> EvalSetup:
     """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` with config `cfg`.
@@ -80,6 +85,10 @@ def make_setup(
     - `H` a fixed return horizon in rows (None: the dynamic one; a number makes the sub-trajectories fixed-length),
       `noise_alpha` the value-noise scale, `relevance` 'distance' or 'value' (`V(s | s_j) > c_rel`): the ablations
       of docs/algorithm.md (rule 'paper');
+    - `ttgs` (variant 'ttgs'): test-time graph search's settings, a `ttt.graph.TTGSConfig` or a dict of its fields
+      (None: the published defaults; `distance` defaults to 'value' where the backbone has a value function, else
+      'l2'); the GC-TTT settings above are then ignored, as for 'base'; variant 'ttt+ttgs' takes both: variant
+      'ttt' (the critic) whose selection and fine-tuning aim, each round, at TTGS's subgoal at the round's start;
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
@@ -90,6 +99,12 @@ def make_setup(
         raise TttError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if variant == "base":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms)
+
+    if variant == "ttgs":
+        return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms,
+                         ttgs_config(backbone, cfg, ttgs, label))  # fmt: skip
+    graph = ttgs_config(backbone, cfg, ttgs, label) if variant == "ttt+ttgs" else None
+    variant = "ttt" if variant == "ttt+ttgs" else variant  # its GC-TTT part is variant ttt's
 
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
@@ -152,7 +167,28 @@ def make_setup(
     if relevance == "value" and not get_backbone(backbone).has_value(cfg):
         raise TttError(f"{label('relevance')} 'value' needs a value function, which this {backbone} agent lacks; use "
                        "relevance 'distance'")  # fmt: skip
-    return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms)
+    return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms, graph)
+
+
+def ttgs_config(backbone: str, cfg: Any, ttgs: TTGSConfig | dict | None, label: Callable[[str], str] = str):
+    """The checked `TTGSConfig` of `ttgs` (a config, a dict of its fields, or None: the defaults) for a backbone:
+    distance 'value' by default where it has a value function, else 'l2'; a bad field raises `TttError`."""
+    has_value = get_backbone(backbone).has_value(cfg)
+    if not isinstance(ttgs, TTGSConfig):
+        fields = dict(ttgs or {})
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(TTGSConfig)})
+        if unknown:
+            raise TttError(f"{label('ttgs')}: unknown field(s) {', '.join(unknown)}; valid: "
+                           f"{', '.join(f.name for f in dataclasses.fields(TTGSConfig))}")  # fmt: skip
+        fields.setdefault("distance", "value" if has_value else "l2")
+        try:
+            ttgs = TTGSConfig(**fields)
+        except (TypeError, ValueError) as e:
+            raise TttError(f"{label('ttgs')}: {e}") from None
+    if ttgs.distance == "value" and not has_value:
+        raise TttError(f"{label('ttgs')}: distance 'value' needs a value function, which this {backbone} agent "
+                       "lacks; use distance 'l2'")  # fmt: skip
+    return ttgs
 
 
 def checkpoint_setup(

@@ -11,7 +11,7 @@ measures on a held-out batch drawn from the same selection (actor goal g*):
 - `n_selected` / `n_train_rows`: the round's kept spans and the rows they cover (its training rows);
 - `move`: how far the action at the start state moved, |pi_after(s0, g*) - pi_before(s0, g*)|.
 
-    python benchmarks/analyses/gciql_mechanism.py --ckpt CKPT_DIR [--alphas 0.003,0.3,3] [--out benchmarks/results/...json]
+    python benchmarks/analyses/gciql_mechanism.py --ckpt CKPT_DIR [--alphas 0.003,0.3,3] [--out FILE.json]
 
 Prints one markdown table (mean +- s.e. over the starts) and writes every start's numbers to `--out`.
 """

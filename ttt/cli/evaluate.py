@@ -24,7 +24,8 @@ from ttt.errors import TttError
     type=str,
     default="base,ttt",
     show_default=True,
-    help="Comma-separated: base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (GC-TTT without critic).",
+    help="Comma-separated: base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (GC-TTT without critic), ttgs "
+    "(test-time graph search, the published settings: 4000 vertices), ttt+ttgs (ttt towards TTGS's subgoal).",
 )
 @click.option("--K", "K", type=int, default=100, show_default=True, help="TTT period: environment steps per round.")
 @click.option("--N", "N", type=int, default=100, show_default=True, help="Fine-tuning steps per round.")
@@ -326,5 +327,10 @@ def _result_doc(res, setup) -> dict:
     doc["episodes_per_s"] = res.success.size / res.wall_s if res.wall_s else None
     if setup.ttt is not None:
         doc["ttt"] = _ttt_doc(setup)
+    if setup.ttgs is not None:
+        import dataclasses as dc
+
+        doc["ttgs"] = dc.asdict(setup.ttgs)
+    if setup.ttt is not None or setup.ttgs is not None:
         doc["rounds"] = {k: v.tolist() for k, v in (res.rounds or {}).items()}
     return doc

@@ -34,7 +34,8 @@ from ttt.errors import TttError
 from ttt.presets import AGENTS, PROFILES
 from ttt.select import IGNORED_BY_RULE
 
-VARIANTS = ("base", "ttt", "ttt-mc")
+VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
+CRITIC_VARIANTS = ("ttt", "ttt+ttgs")  # GC-TTT ranking by the critic
 SELECTIONS = ("both", "relevant", "optimal", "random", "random-rank")
 
 
@@ -75,7 +76,8 @@ RUN_KEYS: dict[str, Key] = {
     "group": Key("str", "main", "report section the row belongs to"),
     "dataset": Key("str", "pointmaze-medium-navigate-v0", "OGBench dataset", choices=_dataset_names),
     "agent": Key("str", "gcbc", "backbone preset", choices=_agent_names),
-    "variant": Key("str", "base", "base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (no critic)", choices=VARIANTS),
+    "variant": Key("str", "base", "base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (no critic), ttgs (test-time "
+                   "graph search), ttt+ttgs (ttt towards TTGS's subgoal)", choices=VARIANTS),
     "paper": Key("float", None, "the paper's success rate for this row (shown beside ours)", nullable=True),
     "paper_se": Key("float", None, "the paper's standard error for this row", nullable=True),
     "paper_ref": Key("str", None, "where the paper's figure comes from (e.g. 'Table 1')", nullable=True),
@@ -130,6 +132,8 @@ RUN_KEYS: dict[str, Key] = {
                     choices=("all", "actor")),
     "ft_alpha": Key("float", None, "the backbone's BC weight alpha during fine-tuning (null: the checkpoint's)", True,
                     None, *_nonneg),
+    "ttgs": Key("table", {}, "variant ttgs: test-time graph search settings (ttt.graph.TTGSConfig fields), e.g. "
+                "{ n_vertices = 1000, tau = 24, threshold = 48 }; {}: the published defaults"),
     "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
     "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
     "chunk": Key("int", 25, "episodes per compiled program call", False, None, *_pos),
@@ -139,10 +143,10 @@ RUN_KEYS: dict[str, Key] = {
 TOP_KEYS = ("name", "description", "defaults", "run")
 EVAL_KEYS = ("episodes", "tasks", "eval_seed", "K", "N", "lr", "q", "eps", "h_min", "H", "mix", "noise_alpha",
              "relevance", "c_rel", "selection", "batch", "driver", "backend", "rule", "critic", "n_episodes", "slack",
-             "once", "reset_after_horizon", "reuse_adam", "ft_train", "ft_alpha")  # fmt: skip
+             "once", "reset_after_horizon", "reuse_adam", "ft_train", "ft_alpha", "ttgs")  # fmt: skip
 # Evaluation keys added after records existed: they enter an evaluation's content key only when they differ from
 # their default, so the records made before them keep their keys.
-LATE_EVAL_KEYS = ("ft_train", "ft_alpha")
+LATE_EVAL_KEYS = ("ft_train", "ft_alpha", "ttgs")
 TRAIN_KEYS = ("dataset", "agent", "profile", "steps", "seeds", "train_seed", "agent_config")
 
 
@@ -278,13 +282,16 @@ def _check_combination(r: dict, where: str) -> None:
     """Cross-key rules that no single key can check."""
     if r["relevance"] == "value" and r["c_rel"] is None:
         raise TttError(f"{where}: relevance = 'value' needs c_rel (the value threshold C, e.g. -18.0)")
+    if r["ttgs"] and r["variant"] not in ("ttgs", "ttt+ttgs"):
+        raise TttError(f"{where}: ttgs (test-time graph search settings) applies to variant 'ttgs' or 'ttt+ttgs', got "
+                       f"{r['variant']!r}")  # fmt: skip
     if r["H"] is not None and r["variant"] == "base":
         raise TttError(f"{where}: H (fixed return horizon) applies to ttt / ttt-mc runs, not variant 'base'")
-    if r["rule"] == "episodes" and r["variant"] != "ttt":
+    if r["rule"] == "episodes" and r["variant"] not in CRITIC_VARIANTS:
         raise TttError(f"{where}: rule 'episodes' ranks by a critic: it needs variant 'ttt', got {r['variant']!r}")
     if r["rule"] == "mc-episodes" and r["variant"] != "ttt-mc":
         raise TttError(f"{where}: rule 'mc-episodes' is critic-free: it needs variant 'ttt-mc', got {r['variant']!r}")
-    if r["critic"] == "oracle" and r["variant"] != "ttt":
+    if r["critic"] == "oracle" and r["variant"] not in CRITIC_VARIANTS:
         raise TttError(f"{where}: critic 'oracle' replaces the learned critic of variant 'ttt', got {r['variant']!r}")
     rule = effective_rule(r)
     if rule != "paper" and (r["H"] is not None or r["noise_alpha"] > 0 or r["selection"] != "both"):
@@ -306,10 +313,10 @@ def _check_grid_read(r: dict, rule: str, where: str) -> None:
     would give identical rows under different names: refuse it."""
     unread = [k for k in r["grid"] if k in EVAL_KEYS and k not in ("episodes", "tasks", "eval_seed", "driver",
                                                                       "backend", "chunk")]  # fmt: skip
-    if r["variant"] != "base":
+    if r["variant"] not in ("base", "ttgs"):
         unread = [k for k in unread if k in IGNORED_BY_RULE[rule]]
     if unread:
-        why = ("variant 'base' reads no TTT setting" if r["variant"] == "base" else
+        why = (f"variant {r['variant']!r} reads no TTT setting" if r["variant"] in ("base", "ttgs") else
                f"rule {rule!r}{' (the default of variant ttt)' if r['rule'] is None else ''} does not read "
                f"{', '.join(unread)}")  # fmt: skip
         raise TttError(f"{where}: grid over {', '.join(unread)}: {why}, so every grid row would be the same; drop it "
@@ -336,7 +343,7 @@ def effective_rule(r: dict) -> str:
     code's critic rule; ttt-mc and fixed-H runs: 'paper'; base: 'paper', unused)."""
     if r["rule"] is not None:
         return r["rule"]
-    return "episodes" if r["variant"] == "ttt" and r["H"] is None else "paper"
+    return "episodes" if r["variant"] in CRITIC_VARIANTS and r["H"] is None else "paper"
 
 
 def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:

@@ -67,8 +67,9 @@ def checkpoint_identity(ckpt: Path, meta: dict) -> dict:
 
 
 def eval_settings(run: dict, env_id: str) -> dict:
-    """The settings a run's evaluation key depends on (a base row does not depend on the TTT settings)."""
-    keys = BASE_EVAL_KEYS if run["variant"] == "base" else EVAL_KEYS
+    """The settings a run's evaluation key depends on (a base row does not depend on the TTT settings; a `ttgs` row
+    on the base settings and its `ttgs` table)."""
+    keys = {"base": BASE_EVAL_KEYS, "ttgs": BASE_EVAL_KEYS + ("ttgs",)}.get(run["variant"], EVAL_KEYS)
     settings = {k: run[k] for k in keys if k not in LATE_EVAL_KEYS or run[k] != RUN_KEYS[k].default}
     if "rule" in settings:  # the rule in force, not `null`: a changed default is another evaluation
         settings["rule"] = effective_rule(run)

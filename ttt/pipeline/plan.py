@@ -30,11 +30,11 @@ from ttt.episode import Transforms
 from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
-from ttt.pipeline.config import Pipeline, effective_rule
+from ttt.pipeline.config import CRITIC_VARIANTS, Pipeline, effective_rule
 from ttt.pipeline.keys import cache_root, data_dir, eval_settings
 from ttt.pipeline.settings import relevance_everywhere, select_random_rank
 from ttt.presets import get_agent, get_profile, make_configs
-from ttt.setups import checkpoint_setup
+from ttt.setups import checkpoint_setup, ttgs_config
 from ttt.storage import check_memory
 
 
@@ -161,9 +161,12 @@ def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, w
     check_memory(2 * n * max_steps * spec.ob_dim * 4, f"{where}: episodes = {run['episodes']} ({n} episodes with "
                  "every seed and task)", "ask for fewer episodes")  # fmt: skip
     settings: dict[str, Any] = dict(backend=run["backend"], transforms=Transforms())
-    if run["variant"] != "base":
+    if run["variant"] not in ("base", "ttgs"):
         _check_ttt(run, spec, train, max_steps, where)
         settings.update(_ttt_settings(run))
+    if run["variant"] in ("ttgs", "ttt+ttgs"):  # graph search's settings, checked against the backbone
+        ttgs_config(train.backbone, train.cfg, run["ttgs"], lambda _: f"{where}: ttgs")
+        settings["ttgs"] = dict(run["ttgs"])
     driver = run["driver"]
     if driver == "auto":
         driver = "compiled" if has_jax_env(spec.env_id) else "host"
@@ -177,7 +180,7 @@ def _check_ttt(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, w
     if not 1 <= run["K"] <= max_steps:
         raise TttError(f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}")
     backbone = get_backbone(train.backbone)
-    if (run["variant"] == "ttt" or run["relevance"] == "value") and not backbone.has_value(train.cfg):
+    if (run["variant"] in CRITIC_VARIANTS or run["relevance"] == "value") and not backbone.has_value(train.cfg):
         raise TttError(f"{where}: variant {run['variant']} needs a value function, which {run['agent']} lacks; use "
                        "variant ttt-mc with relevance 'distance'")  # fmt: skip
     try:  # the one check of ft_alpha against the backbone (fine-tuning's own)

@@ -69,6 +69,8 @@ def episode_flops(row: dict, steps: int) -> float | None:
     if not dims:
         return None
     c = sum(2.0 * w * w for w in dims)
+    if row["variant"] == "ttgs":  # graph search's cost is value passes over the graph, not this policy count
+        return None
     if row["variant"] == "base":
         return steps * c
     return steps * c * (1.0 + (1.0 + 6.0 * row["N"]) / row["K"])
@@ -81,6 +83,8 @@ def rows(records: list[dict]) -> list[dict]:
         r = rec["run"]
         row = {k: r.get(k) for k in CSV_FIELDS if k in r}
         row.update({k: r.get(k) for k in r.get("grid", [])})  # every swept key, e.g. pre-training steps
+        if r.get("variant") == "ttgs":
+            row["ttgs"] = r.get("ttgs") or {}
         row.update(
             profile=rec.get("profile"),
             seeds=rec["seeds"],
@@ -199,6 +203,9 @@ def settings_text(row: dict) -> str:
     """A TTT row's settings in words (lr, N, K and every setting that differs from its default); '-' for base."""
     if row["variant"] == "base":
         return "-"
+    if row["variant"] == "ttgs":
+        given = row.get("ttgs") or {}
+        return "TTGS " + (", ".join(f"{k} {v}" for k, v in sorted(given.items())) or "defaults")
     parts = [f"lr {row['lr']:g}", f"N {row['N']}", f"K {row['K']}"]
     if row["q"] != 0.05:
         parts.append(f"q {row['q']:g}")
@@ -270,7 +277,8 @@ def paper_table_md(rs: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------------- plots
 
 
-VARIANT_LABELS = {"base": "base (no TTT)", "ttt-mc": "GC-TTT, critic-free", "ttt": "GC-TTT, critic"}
+VARIANT_LABELS = {"base": "base (no TTT)", "ttt-mc": "GC-TTT, critic-free", "ttt": "GC-TTT, critic",
+                  "ttgs": "TTGS (graph search)", "ttt+ttgs": "GC-TTT towards TTGS's subgoal"}  # fmt: skip
 AXIS_LABELS = {
     "steps": "pre-training updates",
     "K": "TTT period K (environment steps)",
@@ -304,11 +312,11 @@ def plot_bars(rs: list[dict], path: Path, title: str) -> None:
     plt = _plt()
     datasets = list(dict.fromkeys(r["dataset"] for r in rs))
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
-    colors = {"base": "#999999", "ttt-mc": "#7fb3d5", "ttt": "#e67e22"}
+    colors = {"base": "#999999", "ttt-mc": "#7fb3d5", "ttt": "#e67e22", "ttgs": "#27ae60", "ttt+ttgs": "#8e44ad"}
     for ax, d in zip(axes[0], datasets, strict=True):
         sub = [r for r in rs if r["dataset"] == d]
         agents = list(dict.fromkeys(r["agent"] for r in sub))
-        variants = [v for v in ("base", "ttt-mc", "ttt") if any(r["variant"] == v for r in sub)]
+        variants = [v for v in ("base", "ttt-mc", "ttt", "ttgs", "ttt+ttgs") if any(r["variant"] == v for r in sub)]
         w = 0.8 / max(len(variants), 1)
         for vi, v in enumerate(variants):
             for ai, a in enumerate(agents):

@@ -1,0 +1,323 @@
+"""Test-time graph search (TTGS: Opryshko, Quan, Voelcker, Du, Gilitschenski, arXiv 2510.07257; published code
+ktolnos/TTGS, `impls/ttgs.py`) as pure, fixed-shape functions (docs/algorithm.md, "Test-time graph search").
+
+No training at test time: dataset observations are the vertices of a dense directed graph whose edge weights are
+distances in environment steps (from the backbone's value, or from goal coordinates), long edges are penalised, and
+the frozen policy is handed, at every step, the furthest point of the shortest path from its state to the goal that
+is still within `threshold` steps of it.
+
+The pieces, each a pure function with a hand-checkable answer (tests/test_graph.py):
+
+- `sample_vertices(key, n_rows, n)`: which rows are vertices (uniform without replacement; same key, same rows);
+- `value_steps(values, gamma)`: steps to the goal from `V(s, g)` (the inverse of `V = -(1 - gamma^d) / (1 - gamma)`);
+- `penalised_weights(dist, tau, penalty)`: the long-edge penalty (`d * penalty^(d / tau)` above `tau`, at least 1);
+- `shortest_to(weights, target)`: shortest-path cost from every vertex to one vertex and each vertex's successor;
+- `path_from(succ, cost, start, max_hops)`: the path from a vertex, padded to a fixed length;
+- `choose_subgoal(...)`: the adaptive subgoal rule, with the fallback to the final goal;
+
+and `make_ttgs(...)`, which composes them with a backbone's distance into the four functions the compiled episode
+calls (`build` once per goal, `plan` at the start and at each replan, `subgoal` every step, `after_step`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
+
+from ttt.agents import get_backbone
+from ttt.data.dataset import Dataset
+from ttt.data.specs import DatasetSpec
+
+DISTANCES = ("value", "l2")
+FAR_STEPS = 10000.0  # what a NaN step count becomes (the published code's constant)
+TTGS_METRICS = ("ttgs_unreachable", "ttgs_plans", "ttgs_hops", "ttgs_truncated", "ttgs_goal_frac")
+
+
+@dataclasses.dataclass(frozen=True)
+class TTGSConfig:
+    """Static TTGS settings (the published defaults, `impls/main.py` and `impls/hyperparameters.sh`, where given).
+
+    - `n_vertices` (published `random_size`, 4000): dataset rows drawn as vertices (`vertex_seed`, published 0);
+    - `tau` (24): edges longer than `tau` steps are penalised, `d * penalty^(d / tau)` (`penalty` 1000, the
+      published 'dynamic' mode); every weight is at least 1;
+    - `threshold` (48): the subgoal is the furthest path point within `threshold` steps; within `threshold` of the
+      goal, the goal itself;
+    - `distance`: 'value' (steps from the backbone's `V(s, g)`, needs a value function) or 'l2' (the published
+      `dist_mode='l2'`: goal-coordinate distance divided by the dataset's mean step length);
+    - `max_hops` (ours): the path is kept as `max_hops` vertices (a fixed shape; the published code keeps all);
+      a longer path is cut there and counted in the round metric `ttgs_truncated`;
+    - `replan_factor` (published default 0: off), `replan_cooldown` (50): replan from the current state when its
+      distance to the current subgoal exceeds `replan_factor * threshold`, at most once per `replan_cooldown` steps;
+    - `chunk`: rows of the vertex distance matrix per pass (memory only, not results).
+    """
+
+    n_vertices: int = 4000
+    tau: float = 24.0
+    threshold: float = 48.0
+    penalty: float = 1000.0
+    distance: str = "value"
+    max_hops: int = 64
+    replan_factor: float = 0.0
+    replan_cooldown: int = 50
+    vertex_seed: int = 0
+    chunk: int = 64
+
+    def __post_init__(self):
+        def whole(x, lo):
+            return isinstance(x, int) and not isinstance(x, bool) and x >= lo
+
+        checks = (
+            ("n_vertices", whole(self.n_vertices, 2), "an int >= 2"),
+            ("tau", _finite(self.tau) and self.tau > 0, "a finite number > 0"),
+            ("threshold", _finite(self.threshold) and self.threshold > 0, "a finite number > 0"),
+            ("penalty", _finite(self.penalty) and self.penalty >= 1, "a finite number >= 1"),
+            ("distance", self.distance in DISTANCES, f"one of {', '.join(DISTANCES)}"),
+            ("max_hops", whole(self.max_hops, 2), "an int >= 2"),
+            ("replan_factor", _finite(self.replan_factor) and self.replan_factor >= 0, "a finite number >= 0 (0: off)"),
+            ("replan_cooldown", whole(self.replan_cooldown, 0), "an int >= 0"),
+            ("vertex_seed", whole(self.vertex_seed, 0), "an int >= 0"),
+            ("chunk", whole(self.chunk, 1), "an int >= 1"),
+        )
+        for name, ok, valid in checks:
+            if not ok:
+                raise ValueError(f"TTGS {name} must be {valid}, got {getattr(self, name)!r}")
+
+
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The pure pieces.
+
+
+def sample_vertices(key: PRNGKeyArray, n_rows: int, n: int) -> Int[Array, " n"]:
+    """`n` distinct row indices of `n_rows`, uniform without replacement; the same key gives the same rows."""
+    if n > n_rows:
+        raise ValueError(f"TTGS n_vertices ({n}) exceeds the dataset's rows ({n_rows})")
+    return jax.random.choice(key, n_rows, (n,), replace=False).astype(jnp.int32)
+
+
+def value_steps(values: Float[Array, "*b"], gamma: float) -> Float[Array, "*b"]:
+    """Steps to the goal from OGBench-scale values `V = -(1 - gamma^d) / (1 - gamma)`: `log(1 + (1 - gamma) V) /
+    log(gamma)`, with V clipped to `[-1 / (1 - gamma) + 1e-3, -1e-3]`, at least 0, NaN -> `FAR_STEPS` (as the
+    published `_value_distance`)."""
+    v = jnp.clip(values, -1.0 / (1.0 - gamma) + 1e-3, -1e-3)
+    steps = jnp.maximum(jnp.log(v * (1.0 - gamma) + 1.0) / jnp.log(gamma), 0.0)
+    return jnp.where(jnp.isnan(steps), FAR_STEPS, steps)
+
+
+def penalised_weights(dist: Float[Array, "n n"], tau: float, penalty: float) -> Float[Array, "n n"]:
+    """Edge weights from distances `dist[i, j]` (steps from vertex i to j): `d` up to `tau`, `d * penalty^(d /
+    tau)` above it (the published 'dynamic' penalty: an edge the value cannot be trusted on costs more the longer it
+    is; in float32 an edge beyond about 12.8 `tau` costs inf), at least 1; no self-loops (inf on the diagonal)."""
+    n = dist.shape[0]
+    w = jnp.where(dist > tau, dist * jnp.power(penalty, dist / tau), dist)
+    w = jnp.maximum(w, 1.0)
+    return jnp.where(jnp.eye(n, dtype=bool), jnp.inf, w)
+
+
+def shortest_to(
+    weights: Float[Array, "n n"], target: Int[Array, ""] | int
+) -> tuple[Float[Array, " n"], Int[Array, " n"]]:
+    """Shortest-path cost from every vertex to `target` and each vertex's successor on that path (`weights[i, j]`:
+    the edge i -> j; inf: no edge).
+
+    Bellman-Ford in its dense, vectorised form: `cost <- min(cost, min_j weights[:, j] + cost[j])`, a
+    `lax.while_loop` until nothing changes (at most n - 1 passes; in practice the hop count of the longest shortest
+    path, a few tens). Each pass is one O(n^2) min-plus product, which vectorises and vmaps; Dijkstra would need n
+    sequential argmin steps, Floyd-Warshall n^3 work (6.4e10 at the published 4000 vertices). Weights are >= 1, so
+    following successors strictly lowers the cost and ends at `target`. Successor ties: the lowest index. A vertex
+    that cannot reach `target` has cost inf and is its own successor."""
+    n = weights.shape[0]
+    target = jnp.asarray(target, jnp.int32)
+    cost0 = jnp.full((n,), jnp.inf, weights.dtype).at[target].set(0.0)
+
+    def body(c):
+        cost, _, it = c
+        new = jnp.minimum(cost, jnp.min(weights + cost[None, :], axis=1)).at[target].set(0.0)
+        return new, jnp.any(new < cost), it + 1
+
+    cost, _, _ = jax.lax.while_loop(lambda c: c[1] & (c[2] < n), body, (cost0, jnp.bool_(True), jnp.int32(0)))
+    succ = jnp.argmin(weights + cost[None, :], axis=1).astype(jnp.int32)
+    me = jnp.arange(n, dtype=jnp.int32)
+    succ = jnp.where(jnp.isfinite(cost) & (me != target), succ, me)
+    return cost, succ
+
+
+def path_from(
+    succ: Int[Array, " n"], cost: Float[Array, " n"], start: Int[Array, ""] | int, max_hops: int
+) -> tuple[Int[Array, " P"], Int[Array, ""], Bool[Array, ""], Bool[Array, ""]]:
+    """The path `start, succ[start], ...` to the target as `max_hops` vertices (padded with its last vertex).
+
+    Returns `(path, n_points, reachable, truncated)`: `n_points` the path's vertices kept (the start counts; 1 when
+    `start` is the target or the target is unreachable), `reachable` whether `cost[start]` is finite, `truncated`
+    whether the path has more than `max_hops` vertices (then the first `max_hops` are kept)."""
+    start = jnp.asarray(start, jnp.int32)
+
+    def step(v, _):
+        return succ[v], v
+
+    _, path = jax.lax.scan(step, start, None, length=max_hops)
+    at_end = path == succ[path]  # the target (or an unreachable start): its own successor
+    n_points = jnp.where(jnp.any(at_end), jnp.argmax(at_end) + 1, max_hops).astype(jnp.int32)
+    path = jnp.where(jnp.arange(max_hops) < n_points, path, path[n_points - 1])
+    return path, n_points, jnp.isfinite(cost[start]), ~jnp.any(at_end)
+
+
+def choose_subgoal(
+    d_path: Float[Array, " P"],
+    n_points: Int[Array, ""],
+    d_goal: Float[Array, ""],
+    d_end: Float[Array, ""],
+    prev_closest: Int[Array, ""],
+    threshold: float,
+    reachable: Bool[Array, ""] | bool = True,
+) -> tuple[Int[Array, ""], Int[Array, ""]]:
+    """The subgoal's index on the path, or -1 for the final goal; and the path point the state is now at.
+
+    `d_path[k]`: steps from the state to path point k (only `k < n_points` are read); `d_goal`: to the final goal;
+    `d_end`: from the path's last point to the final goal; `prev_closest`: the previous step's `closest` (0 after a
+    (re)plan). As the published `get_action_dijkstra_precompute` (its default `subgoal_ablt`):
+
+    1. `closest` = the nearest path point, never behind `prev_closest`;
+    2. within `threshold` steps of the goal: the goal;
+    3. else the furthest point after `closest` with `d_path < threshold`;
+    4. none: the point after `closest` (the last point at most); if that is the last point and `d_end > threshold`,
+       the goal.
+
+    Ours only: a path that does not reach the goal's vertex (`reachable` False: every route needs an edge whose
+    penalised weight is inf) gives the goal (the fallback; the round metric `ttgs_unreachable` counts it). The
+    published code follows such a path anyway and counts it in `inf_path_ratio`."""
+    P = d_path.shape[0]
+    idx = jnp.arange(P)
+    on = idx < n_points
+    closest = jnp.argmin(jnp.where(on, d_path, jnp.inf))
+    closest = jnp.minimum(jnp.maximum(closest, prev_closest), n_points - 1).astype(jnp.int32)
+    cand = on & (idx > closest) & (d_path < threshold)
+    furthest = jnp.max(jnp.where(cand, idx, -1))
+    nxt = jnp.minimum(closest + 1, n_points - 1)
+    fallback = jnp.where((nxt == n_points - 1) & (d_end > threshold), -1, nxt)
+    k = jnp.where(jnp.any(cand), furthest, fallback)
+    k = jnp.where((d_goal <= threshold) | ~jnp.asarray(reachable), -1, k)
+    return k.astype(jnp.int32), closest
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One backbone's TTGS: what the compiled episode calls.
+
+
+class Graph(eqx.Module):
+    """One goal's graph: the vertices' observations, each vertex's shortest-path cost to the goal's vertex and its
+    successor there (`shortest_to`), the goal's vertex, and the distance scale (l2: the mean step length)."""
+
+    vertices: Float[Array, "n obs"]
+    cost: Float[Array, " n"]
+    succ: Int[Array, " n"]
+    target: Int[Array, ""]
+    scale: Float[Array, ""]
+
+
+class Plan(eqx.Module):
+    """The current path and what the episode counts about it (carried from step to step)."""
+
+    path: Int[Array, " P"]
+    n_points: Int[Array, ""]
+    d_end: Float[Array, ""]  # steps from the path's last point to the goal
+    reachable: Bool[Array, ""]
+    closest: Int[Array, ""]
+    since: Int[Array, ""]  # steps since the last (re)plan
+    plans: Int[Array, ""]  # plans made (the first included)
+    unreachable: Int[Array, ""]  # plans that found no path to the goal's vertex
+    truncated: Int[Array, ""]  # plans cut at max_hops
+    goal_steps: Int[Array, ""]  # steps acting towards the final goal
+    steps: Int[Array, ""]  # steps acted
+
+
+def make_ttgs(backbone_name: str, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
+    """`(distance, build, plan, subgoal, after_step)` of TTGS with one backbone; pure, unjitted, unbatched.
+
+    - `distance(agent, scale, x, y) -> steps`: from observations `x` to `y` (broadcast batches);
+    - `build(agent, data, goal) -> Graph`: once per goal: vertices, the n x n distance matrix (`chunk` rows per
+      pass), penalised weights, the goal's vertex (the vertex nearest the goal), shortest paths to it;
+    - `plan(agent, graph, obs, goal, prev=None) -> Plan`: the path from the vertex nearest `obs`;
+    - `subgoal(agent, graph, plan, obs, goal) -> (subgoal observation, plan)`: every step;
+    - `after_step(agent, graph, plan, obs, goal, sub, active) -> plan`: replanning (`replan_factor`).
+    """
+    backbone = get_backbone(backbone_name)
+    if ttgs.distance == "value" and not backbone.has_value(cfg):
+        raise ValueError(f"TTGS distance 'value' needs a value function, which this {backbone_name} agent lacks; "
+                         "use distance 'l2'")  # fmt: skip
+    gamma = float(getattr(cfg, "discount", 0.99))
+    P = ttgs.max_hops
+
+    def distance(agent, scale, x, y):
+        x, y = jnp.broadcast_arrays(x, y)
+        if ttgs.distance == "value":
+            return value_steps(backbone.value(agent, x, y), gamma)
+        return jnp.linalg.norm(spec.goal_coords(x) - spec.goal_coords(y), axis=-1) / scale
+
+    def build(agent, data: Dataset, goal: Float[Array, " obs"]) -> Graph:
+        rows = sample_vertices(jax.random.key(ttgs.vertex_seed), data.n_rows, ttgs.n_vertices)
+        vertices = data.observations[rows]
+        if ttgs.distance == "l2":  # the published normaliser: the mean step length in goal coordinates
+            step = jnp.linalg.norm(data.goals[data.next_idx] - data.goals, axis=-1)
+            scale = jnp.sum(jnp.where(data.valid, step, 0.0)) / jnp.maximum(jnp.sum(data.valid), 1)
+            scale = jnp.maximum(scale, 1e-8)
+        else:
+            scale = jnp.float32(1.0)
+        dist = jax.lax.map(lambda v: distance(agent, scale, v[None], vertices), vertices, batch_size=ttgs.chunk)
+        weights = penalised_weights(dist, ttgs.tau, ttgs.penalty)
+        target = jnp.argmin(distance(agent, scale, vertices, goal[None])).astype(jnp.int32)
+        cost, succ = shortest_to(weights, target)
+        return Graph(vertices=vertices, cost=cost, succ=succ, target=target, scale=jnp.asarray(scale, jnp.float32))
+
+    def plan(agent, graph: Graph, obs, goal, prev: Plan | None = None) -> Plan:
+        start = jnp.argmin(distance(agent, graph.scale, obs[None], graph.vertices)).astype(jnp.int32)
+        path, n_points, reachable, truncated = path_from(graph.succ, graph.cost, start, P)
+        d_end = distance(agent, graph.scale, graph.vertices[path[n_points - 1]], goal)
+        zero = jnp.int32(0)
+        plans, unreach, trunc, goal_steps, steps = (
+            (zero,) * 5 if prev is None else (prev.plans, prev.unreachable, prev.truncated, prev.goal_steps, prev.steps)
+        )
+        return Plan(path=path, n_points=n_points, d_end=d_end, reachable=reachable, closest=zero, since=zero,
+                    plans=plans + 1, unreachable=unreach + (~reachable).astype(jnp.int32),
+                    truncated=trunc + truncated.astype(jnp.int32), goal_steps=goal_steps, steps=steps)  # fmt: skip
+
+    def subgoal(agent, graph: Graph, p: Plan, obs, goal) -> tuple[Float[Array, " obs"], Plan]:
+        points = graph.vertices[p.path]
+        d_path = distance(agent, graph.scale, obs[None], points)
+        d_goal = distance(agent, graph.scale, obs, goal)
+        k, closest = choose_subgoal(d_path, p.n_points, d_goal, p.d_end, p.closest, ttgs.threshold, p.reachable)
+        sub = jnp.where(k < 0, goal, points[jnp.maximum(k, 0)])
+        p = dataclasses.replace(p, closest=closest, goal_steps=p.goal_steps + (k < 0), steps=p.steps + 1,
+                                since=p.since + 1)  # fmt: skip
+        return sub, p
+
+    def after_step(agent, graph: Graph, p: Plan, obs, goal, sub, active) -> Plan:
+        if ttgs.replan_factor <= 0:
+            return p
+        far = distance(agent, graph.scale, obs, sub) > ttgs.replan_factor * ttgs.threshold
+        ready = p.since >= ttgs.replan_cooldown
+        return jax.lax.cond(active & far & ready, lambda: plan(agent, graph, obs, goal, p), lambda: p)
+
+    return distance, build, plan, subgoal, after_step
+
+
+def plan_metrics(p: Plan) -> dict[str, Array]:
+    """The round metrics of a plan (`TTGS_METRICS`), cumulative over the episode so far: `ttgs_unreachable` plans
+    that found no path to the goal's vertex (the policy then acts towards the goal), `ttgs_plans` plans made,
+    `ttgs_hops` the current path's vertices, `ttgs_truncated` plans cut at `max_hops`, `ttgs_goal_frac` the
+    fraction of steps that acted towards the final goal."""
+    return {
+        "ttgs_unreachable": p.unreachable,
+        "ttgs_plans": p.plans,
+        "ttgs_hops": p.n_points,
+        "ttgs_truncated": p.truncated,
+        "ttgs_goal_frac": p.goal_steps / jnp.maximum(p.steps, 1).astype(jnp.float32),
+    }
