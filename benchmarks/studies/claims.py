@@ -487,6 +487,20 @@ def claims() -> list[Claim]:
         Claim("1 (GC-IQL, the BC weight at fine-tuning)", f"GC-IQL, stitch, critic (rule episodes), lr 3e-4 N 100 K "
               f"100, alpha 3.0 at fine-tuning (pre-training: 0.003); {CPU}", "0.21 -> 0.38 (tuned)",
               Row(f"{LEADS}/stitch-base", label="base"), Row(f"{LEADS}/stitch-ttt-alpha3", label="GC-TTT, alpha 3")),
+        Claim("1 (GC-IQL, the BC weight at fine-tuning)", f"GC-IQL, navigate, critic (rule episodes): fine-tuning with "
+              f"the checkpoint's alpha 0.003 vs OGBench's antmaze alpha 0.3; {CPU}",
+              "(the paper keeps the backbone's loss)",
+              Row(f"{LEADS}/nav-ttt", label="alpha 0.003"), Row(f"{LEADS}/nav-ttt-alpha0.3", label="alpha 0.3")),
+        Claim("1 (GC-IQL, which lead)", f"GC-IQL, navigate, critic (rule episodes), alpha 0.003: the learned critic vs "
+              f"the maze oracle's true steps; {CPU}", "(the oracle is ours)", Row(f"{LEADS}/nav-ttt", label="learned"),
+              Row(f"{LEADS}/nav-ttt-oracle", label="oracle"), expect="none"),
+        Claim("1 (GC-IQL, which lead)", f"GC-IQL, navigate, critic (rule episodes), alpha 0.003: fresh Adam at batch "
+              f"256 vs the published pre-training Adam state at batch 1024; {CPU}", "(the published code's setting)",
+              Row(f"{LEADS}/nav-ttt", label="fresh, 256"), Row(f"{LEADS}/nav-ttt-published", label="reused, 1024"),
+              expect="none"),
+        Claim("1 (GC-IQL, which lead)", f"GC-IQL, navigate, critic (rule episodes), alpha 0.003: value, critic and "
+              f"actor vs the actor alone; {CPU}", "(both codes move all three)", Row(f"{LEADS}/nav-ttt", label="all"),
+              Row(f"{LEADS}/nav-ttt-actor", label="actor only"), expect="none"),
         # Issue 37: the paper's Table 1 on antmaze-medium (pipelines/table1.toml, 30-episode screens first).
         *[Claim(f"Table 1 antmaze ({label})", f"{label}, antmaze-medium {data}, critic (rule episodes), the paper's "
                 f"tuned lr / N / K; cpu profile", paper, Row(f"{T1}/{agent}-base-{data}", label="base"),
