@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "gpu" / "gpu_queue.sh"
+SCRIPT = ROOT / "benchmarks" / "gpu_queue.sh"
 
 
 def _run(*args: str, tmp: Path | None = None) -> subprocess.CompletedProcess:
