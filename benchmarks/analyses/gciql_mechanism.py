@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                                dataclasses.replace(ttt_cfg.finetune, alpha=al)) for al in alphas}  # fmt: skip
 
     @jax.jit
-    def weights_of(agent, obs, goal, key):
+    def weights_of(agent, data, obs, goal, key):
         tables = prepare(agent, data, goal)
         ctx = Context(data=data, goal_eps=spec.goal_eps, cfg=sel, goal_xy=spec.goal_coords(goal), params=params,
                       goal=goal, obs=obs, state_xy=spec.goal_coords(obs), round=jnp.int32(0), key=key,
@@ -90,11 +90,11 @@ def main(argv: list[str] | None = None) -> int:
                 "q_data": q(batch.actions).mean() / scale, "move": jnp.linalg.norm(a_s0 - a0_s0)}  # fmt: skip
 
     @jax.jit
-    def round_of(agent, obs, goal, key):
+    def round_of(agent, data, obs, goal, key):  # the dataset an argument, not a constant of the program
         k_adapt, _ = round_keys(key, 0)
         k_sel, k_ft = jax.random.split(k_adapt)
         k_rows, k_goals = jax.random.split(jax.random.fold_in(k_adapt, 7))  # held-out draw: its own keys
-        weights, n_sel, n_rows = weights_of(agent, obs, goal, k_sel)
+        weights, n_sel, n_rows = weights_of(agent, data, obs, goal, k_sel)
         batch = ts.draw(k_rows, k_goals, data, ts.table(weights), goal)
         out = {"n_selected": n_sel, "n_train_rows": n_rows, "before": measures(agent, agent, batch, obs, goal)}
         for al, tune in tunes.items():
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(len(eb)):
         s, t = int(eb.seed_idx[i]), int(eb.task[i])
         _, obs, goal = env.reset(eb.reset_keys[i], t)
-        r = jax.tree.map(float, round_of(_pick(agents, s), obs, goal, eb.ttt_keys[i]))
+        r = jax.tree.map(float, round_of(_pick(agents, s), data, obs, goal, eb.ttt_keys[i]))
         rows.append({"seed": s, "task": t, "episode": int(eb.episode[i]), **r})
         print(f"  start {i + 1}/{len(eb)} (seed {s}, task {t}): {r['n_selected']:.0f} spans, "
               f"{r['n_train_rows']:.0f} rows ({time.perf_counter() - t0:.0f} s)",
