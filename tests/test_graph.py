@@ -229,3 +229,17 @@ def test_ttt_towards_a_subgoal_that_is_the_goal_is_gc_ttt(mode, rule):
     other = run(TTGSConfig(n_vertices=60, tau=6.0, threshold=4.0, distance="l2", max_hops=8))
     assert (np.asarray(other.rounds["ttgs_goal_frac"]) < 1).all()
     assert not np.array_equal(np.asarray(other.observations), np.asarray(gc_ttt.observations))
+
+
+def test_l2_distance_scale_is_the_mean_valid_step_by_hand():
+    """The l2 normaliser is the mean step length in goal coordinates over the rows that carry an action (each
+    episode's final row has none): episode A steps 3 then 4 (a 3-4-5 walk: lengths 3, 4), episode B one step of 5,
+    so (3 + 4 + 5) / 3 = 4; the value distance's scale is 1."""
+    from ttt.data.dataset import Dataset
+    from ttt.graph import distance_scale
+
+    obs = np.array([[0, 0], [3, 0], [3, 4], [10, 10], [13, 14]], np.float32)
+    terminals = np.array([0, 0, 1, 0, 1], bool)
+    data = Dataset.from_arrays(obs, np.zeros((5, 2), np.float32), terminals)
+    assert float(distance_scale(TTGSConfig(distance="l2"), data)) == pytest.approx(4.0)
+    assert float(distance_scale(TTGSConfig(distance="value"), data)) == 1.0

@@ -39,7 +39,7 @@ from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
 from ttt.errors import TttError
 from ttt.finetune import FinetuneConfig, make_finetune
-from ttt.graph import TTGSConfig, make_ttgs, plan_metrics
+from ttt.graph import TTGSConfig, distance_scale, make_ttgs, plan_metrics
 from ttt.hparams import TRACED, HParams, broadcast, defaults, make_hparams
 from ttt.select import Context, GoalTables, SelectConfig, round_weights
 
@@ -512,7 +512,8 @@ def make_episodes(
         graphs = plan0 = None
         if graph_fns is not None:  # TTGS: one graph per goal, built one episode at a time; the path from the start
             _, build, plan, subgoal, after_step = graph_fns
-            graphs = jax.lax.map(lambda a: build(eqx.combine(a[0], static), data, a[1]), (dyn0, goal))
+            scale = distance_scale(ttgs, data)  # a property of the dataset: once, not per goal
+            graphs = jax.lax.map(lambda a: build(eqx.combine(a[0], static), data, a[1], scale), (dyn0, goal))
             plan0 = jax.vmap(plan)(agents0, graphs, obs, goal)
 
         def round_body(carry, r):

@@ -239,6 +239,16 @@ class Plan(eqx.Module):
     steps: Int[Array, ""]  # steps acted
 
 
+def distance_scale(ttgs: TTGSConfig, data: Dataset) -> Float[Array, ""]:
+    """The l2 distance's normaliser (the published one: the mean step length in goal coordinates over the dataset's
+    valid rows); 1 for the value distance. One pass over the dataset: once per dataset, not per goal."""
+    if ttgs.distance != "l2":
+        return jnp.float32(1.0)
+    step = jnp.linalg.norm(data.goals[data.next_idx] - data.goals, axis=-1)
+    scale = jnp.sum(jnp.where(data.valid, step, 0.0)) / jnp.maximum(jnp.sum(data.valid), 1)
+    return jnp.maximum(scale, 1e-8)
+
+
 def make_ttgs(backbone_name: str, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
     """`(distance, build, plan, subgoal, after_step)` of TTGS with one backbone; pure, unjitted, unbatched.
 
@@ -262,15 +272,12 @@ def make_ttgs(backbone_name: str, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
             return value_steps(backbone.value(agent, x, y), gamma)
         return jnp.linalg.norm(spec.goal_coords(x) - spec.goal_coords(y), axis=-1) / scale
 
-    def build(agent, data: Dataset, goal: Float[Array, " obs"]) -> Graph:
+    def build(agent, data: Dataset, goal: Float[Array, " obs"], scale: Float[Array, ""] | None = None) -> Graph:
+        """`scale`: `distance_scale(ttgs, data)`, a property of the dataset (pass it when building many graphs on
+        one dataset; None computes it)."""
         rows = sample_vertices(jax.random.key(ttgs.vertex_seed), data.n_rows, ttgs.n_vertices)
         vertices = data.observations[rows]
-        if ttgs.distance == "l2":  # the published normaliser: the mean step length in goal coordinates
-            step = jnp.linalg.norm(data.goals[data.next_idx] - data.goals, axis=-1)
-            scale = jnp.sum(jnp.where(data.valid, step, 0.0)) / jnp.maximum(jnp.sum(data.valid), 1)
-            scale = jnp.maximum(scale, 1e-8)
-        else:
-            scale = jnp.float32(1.0)
+        scale = distance_scale(ttgs, data) if scale is None else scale
         dist = jax.lax.map(lambda v: distance(agent, scale, v[None], vertices), vertices, batch_size=ttgs.chunk)
         weights = penalised_weights(dist, ttgs.tau, ttgs.penalty)
         target = jnp.argmin(distance(agent, scale, vertices, goal[None])).astype(jnp.int32)
