@@ -6,10 +6,14 @@
 #   2. episode  a paper-profile GC-IQL critic episode (rule episodes, N 100, K 100, all 10 rounds, 1M-row navigate
 #               data) amortised over a batch of 50 episodes in one program                                 300 s
 #               (benchmarks/speed/paper_episode.py)
-#   3. table1   paper-profile pointmaze Table-1 rows (pipelines/paper-main.toml --set profile=paper: 512x3,
-#               batch 1024, 1M updates; GC-BC then GC-IQL; navigate and stitch; base and critic GC-TTT, 150
-#               episodes a row), as far as the 40 minutes go; pre-training's updates/s in pretrain/*.json;
-#               resumes where it stopped while the machine stays warm                              the rest
+#   3. batched  the same episode with every live episode of the batch adapted in one vmapped call per round
+#               (--bucket 0; `ttt`'s default adapts them one at a time, which leaves a GPU mostly idle)    240 s
+#   4. table1   paper-profile pointmaze Table-1 rows (pipelines/paper-main.toml --set profile=paper: 512x3,
+#               batch 1024; GC-BC then GC-IQL; navigate and stitch; base and critic GC-TTT, 150 episodes a row),
+#               as far as the 40 minutes go; pre-training's updates/s in pretrain/*.json; resumes where it
+#               stopped while the machine stays warm. Pre-training length GPU_QUEUE_STEPS (default 200000): a
+#               lease is now 15 minutes and a fresh machine starts without checkpoints, so a row must finish
+#               within one lease (1M GC-BC updates alone take 15 min on an H200)                  the rest
 # The device tool runs one command for at most 10 minutes, so the queue runs in calls: each call does the next
 # steps within BUDGET_S and packs what it wrote into $OUT/results.tgz; queue.json (which travels with the working
 # tree once unpacked) records each step's state and seconds, so the next call, or the next session, goes on.
@@ -35,8 +39,8 @@ case "${1:-}" in
 esac
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
-STEPS="updates episode table1"
-declare -A CAP=([updates]=240 [episode]=300 [table1]=$TOTAL_S)
+STEPS="updates episode batched table1"
+declare -A CAP=([updates]=240 [episode]=300 [batched]=240 [table1]=$TOTAL_S)
 TABLE1_ONLY="gcbc-base-navigate,gcbc-ttt-navigate,gcbc-base-stitch,gcbc-ttt-stitch,gciql-base-navigate,gciql-ttt-navigate,gciql-base-stitch,gciql-ttt-stitch"
 
 if [ "$mode" = dry ]; then
@@ -56,7 +60,7 @@ else
   DATA_ARGS=()
   UPDATE_STEPS=100 UPDATE_JOBS=gcbc-cpu,gciql-cpu,gciql-paper,value
   EPISODE_ARGS=(--batch 50)
-  TABLE1_SETS=(--set profile=paper --set chunk=50 --set train_chunk=10000)
+  TABLE1_SETS=(--set profile=paper --set chunk=50 --set train_chunk=10000 --set steps=${GPU_QUEUE_STEPS:-200000})
 fi
 PY=${PYTHON:-python3}
 
@@ -145,6 +149,8 @@ run_step() {  # run_step NAME: within min(its cap, the call's time left, the que
                --out "$R/update_flops.json"; rc=$? ;;
     episode) timeout "$cap" $PY benchmarks/speed/paper_episode.py "${EPISODE_ARGS[@]}" "${DATA_ARGS[@]}" \
                --out "$R/paper_episode.json"; rc=$? ;;
+    batched) timeout "$cap" $PY benchmarks/speed/paper_episode.py "${EPISODE_ARGS[@]}" --bucket 0 "${DATA_ARGS[@]}" \
+               --out "$R/paper_episode_batched.json"; rc=$? ;;
     table1) timeout "$cap" $PY -m ttt.cli run paper-main --only "$TABLE1_ONLY" "${TABLE1_SETS[@]}" \
               --out "$R/table1" --cache "$TTT_CACHE"; rc=$?  # 124: out of time, resumed by the next call
             for m in "$TTT_CACHE"/ckpt/*/*/meta.json; do  # pre-training's updates/s, per checkpoint

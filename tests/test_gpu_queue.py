@@ -27,7 +27,7 @@ def test_usage_and_plan():
     assert bad.returncode == 2 and "usage:" in bad.stderr
     plan = _run("--plan")
     assert plan.returncode == 0, plan.stderr
-    assert [ln.split(":")[0] for ln in plan.stdout.splitlines()] == ["updates", "episode", "table1"]
+    assert [ln.split(":")[0] for ln in plan.stdout.splitlines()] == ["updates", "episode", "batched", "table1"]
 
 
 @pytest.mark.slow
@@ -38,12 +38,14 @@ def test_dry_run_runs_every_step(tmp_path):
     res = tmp_path / "results" / "gpu" / "cpu-dry-run"
     queue = json.loads((res / "queue.json").read_text())
     assert {k: v["state"] for k, v in queue["steps"].items()} == {"updates": "done", "episode": "done",
-                                                                    "table1": "done"}  # fmt: skip
+                                                                    "batched": "done", "table1": "done"}  # fmt: skip
     upd = json.loads((res / "update_flops.json").read_text())
     assert upd["timed_here"] and upd["peak_gflops"] > 0
     assert [r["job"] for r in upd["rows"]] == ["gcbc-cpu"] and upd["rows"][0]["measured_ms"] > 0
     ep = json.loads((res / "paper_episode.json").read_text())
-    assert ep["batch"] == 5 and ep["episode_s"] > 0
+    assert ep["batch"] == 5 and ep["episode_s"] > 0 and ep["bucket"] == 1
+    batched = json.loads((res / "paper_episode_batched.json").read_text())
+    assert batched["batch"] == 5 and batched["bucket"] is None and batched["steps"] == ep["steps"]
     rows = json.loads((res / "table1" / "results.json").read_text())["rows"]
     assert {r["name"] for r in rows} == {"gcbc-base-navigate", "gcbc-ttt-navigate"}
     assert all(r["n_episodes"] == 1 for r in rows)
@@ -52,6 +54,6 @@ def test_dry_run_runs_every_step(tmp_path):
     assert meta["updates_per_s"] > 0
     # A second call finds every step done and runs none again.
     again = _run("--dry-run", str(tmp_path))
-    assert again.returncode == 0 and again.stdout.count("done before") == 3, again.stdout[-2000:]
+    assert again.returncode == 0 and again.stdout.count("done before") == 4, again.stdout[-2000:]
     # Nothing was written into the repository's results.
     assert not (ROOT / "benchmarks" / "results" / "gpu" / "cpu-dry-run").exists()

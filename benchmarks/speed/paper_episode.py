@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/speed/paper_episode.py [--dataset pointmaze-medium-navigate-v0] [--repeats 1]
         [--out benchmarks/results/speed/paper_episode.json] [--batch B] [--dir DIR] [--N 100] [--K 100]
-        [--max-steps 1000]
+        [--max-steps 1000] [--bucket 1]
 
 The agent is OGBench's GC-IQL at the paper profile (512x3 MLPs, fine-tuning batch 1024) with random weights (no
 paper-profile checkpoint exists on this CPU): it never reaches the goal, so the episode runs all 1000 steps, i.e.
@@ -14,7 +14,10 @@ value pass (`prepare`, once per episode) and one update (the N-step fine-tuning 
 
 `--batch B` (a multiple of 5; `benchmarks/gpu_queue.sh` runs it on a GPU): each call runs B episodes (tasks 1-5 x
 B / 5 episodes) as ONE program (one compiled batch), and the figure is the call's wall time amortised over its B
-episodes. `--N`, `--K`, `--max-steps` and `--dir` shrink it for a dry run.
+episodes. `--bucket G` sets how many of a
+batch's live episodes adapt together each round (default 1, `ttt`'s default: one at a time; 0: all at once, which
+on a GPU fills the device with B episodes' updates where one paper-profile update alone uses about 6% of it).
+`--N`, `--K`, `--max-steps` and `--dir` shrink it for a dry run.
 """
 
 from __future__ import annotations
@@ -41,9 +44,13 @@ def main() -> int:
     ap.add_argument("--K", type=int, default=100)
     ap.add_argument("--max-steps", type=int, default=1000)
     ap.add_argument("--profile", default="paper", help="paper (the figure), or cpu (a dry run's small networks)")
+    ap.add_argument("--bucket", type=int, default=1,
+                    help="episodes adapted together each round (TTTConfig.bucket; 0: the whole batch at once)")
     args = ap.parse_args()
     if args.batch != 1 and args.batch % 5:
         ap.error(f"--batch must be 1 or a multiple of 5 (tasks 1-5 x episodes), got {args.batch}")
+    if args.bucket < 0:
+        ap.error(f"--bucket must be >= 1, or 0 for the whole batch, got {args.bucket}")
 
     import jax
     import jax.numpy as jnp
@@ -64,7 +71,9 @@ def main() -> int:
     agent = init_state(jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg).agent
     agents = jax.tree.map(lambda x: x[None] if eqx_is_array(x) else x, agent)  # one seed
     N, K = args.N, args.K
-    ttt = TTTConfig(K=K, select=SelectConfig(mode="critic", rule="episodes"), finetune=FinetuneConfig(steps=N))
+    bucket = args.bucket or None  # 0 -> None: every live episode of the batch adapts in one vmapped call
+    ttt = TTTConfig(K=K, select=SelectConfig(mode="critic", rule="episodes"), finetune=FinetuneConfig(steps=N),
+                    bucket=bucket)
     setup = EvalSetup(backbone, cfg, sampler, spec, ttt, args.max_steps)  # 1000: OGBench pointmaze-medium's length
     B = args.batch
     kw = dict(episodes=1, tasks=(1,)) if B == 1 else dict(episodes=B // 5, tasks=(1, 2, 3, 4, 5), batch_size=B)
@@ -101,7 +110,7 @@ def main() -> int:
     rounds = int(res.rounds["active"].sum()) if "active" in res.rounds else None
     doc = {
         "dataset": args.dataset, "rows": int(data.n_rows), "profile": args.profile, "agent": "gciql (random weights)",
-        "N": N, "K": K, "ft_batch": sampler.batch_size, "rule": "episodes", "first_call_s": first,
+        "N": N, "K": K, "ft_batch": sampler.batch_size, "rule": "episodes", "bucket": bucket, "first_call_s": first,
         "batch": B, "episode_s": min(walls) / B if walls else None, "call_walls_s": walls, "value_pass_s": value_s,
         "update_ms": update_ms, "rounds_run": rounds, "steps": int(res.steps.reshape(-1)[0]),
         "max_steps": args.max_steps,
