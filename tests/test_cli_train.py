@@ -145,3 +145,32 @@ def test_eval_rule_options_are_checked(trained, capsys, args, needle):
     d, ck = trained
     rc, _, err = run(["eval", str(ck), "--dir", str(d), *args], capsys)
     assert rc == 2 and needle in one_line_error(err)
+
+
+def test_eval_ttgs_settings_from_the_command_line(trained, capsys):
+    d, ck = trained
+    out_json = d / "ttgs.json"
+    rc, _, err = run(["eval", str(ck), "--episodes", "1", "--tasks", "2", "--dir", str(d), "--variants", "ttgs",
+                      "--ttgs", "n_vertices=8", "--ttgs", "distance=l2", "--ttgs", "tau=12", "--json", str(out_json)],
+                     capsys)  # fmt: skip
+    assert rc == 0, err
+    cfg = json.loads(out_json.read_text())["variants"]["ttgs"]["ttgs"]
+    assert (cfg["n_vertices"], cfg["distance"], cfg["tau"], cfg["threshold"]) == (8, "l2", 12.0, 48.0)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--variants", "ttt", "--ttgs", "n_vertices=8"], "--ttgs changes nothing here"),
+        (["--variants", "ttgs", "--ttgs", "vertices=8"], "--ttgs: unknown key 'vertices'; valid: n_vertices, tau"),
+        (["--variants", "ttgs", "--ttgs", "n_vertices=eight"], "--ttgs n_vertices=eight: n_vertices takes an int"),
+        (["--variants", "ttgs", "--ttgs", "tau"], "--ttgs takes KEY=VALUE, got 'tau'"),
+        (["--variants", "ttgs", "--ttgs", "tau=1", "--ttgs", "tau=2"], "--ttgs: key 'tau' given twice"),
+        (["--variants", "ttgs", "--ttgs", "n_vertices=1"], "--ttgs: TTGS n_vertices must be an int >= 2, got 1"),
+        (["--variants", "ttgs", "--ttgs", "distance=manhattan"], "--ttgs: TTGS distance must be one of"),
+    ],
+)
+def test_eval_ttgs_settings_are_checked(trained, capsys, args, needle):
+    d, ck = trained
+    rc, _, err = run(["eval", str(ck), "--dir", str(d), *args], capsys)
+    assert rc == 2 and needle in one_line_error(err), err

@@ -83,6 +83,14 @@ from ttt.errors import TttError
     "--ft-alpha", type=float, default=None, help="BC weight alpha of the actor loss during fine-tuning (default: the "
     "checkpoint's; gciql, qrl)."
 )
+@click.option(
+    "--ttgs",
+    "ttgs_opts",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A test-time graph search setting of variants ttgs and ttt+ttgs, repeatable: e.g. --ttgs n_vertices=1000 "
+    "--ttgs distance=l2. Keys: the fields of ttt.graph.TTGSConfig (docs/algorithm.md); unset: the published values.",
+)
 def eval_cmd(
     checkpoint,
     episodes,
@@ -112,6 +120,7 @@ def eval_cmd(
     reuse_adam,
     ft_train,
     ft_alpha,
+    ttgs_opts,
 ):
     """Evaluate a checkpoint: base policy and/or GC-TTT, success per task and seed (mean +- s.e. over seeds)."""
     if not json_out:  # first: a signal at any moment of this command must not promise a resume
@@ -140,6 +149,7 @@ def eval_cmd(
     bad = [v for v in names if v not in VARIANTS]
     if bad or not names:
         raise TttError(f"unknown variant(s) {', '.join(bad) or '(none)'}; valid: {', '.join(VARIANTS)}")
+    ttgs = _ttgs_settings(ttgs_opts, names)
     if critic == "oracle" and "ttt" not in names:
         raise TttError("--critic oracle replaces the learned critic of variant ttt; add ttt to --variants")
     dataset = meta["dataset"] if dataset is None else dataset
@@ -172,7 +182,7 @@ def eval_cmd(
 
     settings = dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch, rule=rule, critic=critic,
                     n_episodes=n_episodes, slack=slack, once=once, reset_after_horizon=reset_after_horizon,
-                    reuse_adam=reuse_adam, ft_train=ft_train, ft_alpha=ft_alpha)  # fmt: skip
+                    reuse_adam=reuse_adam, ft_train=ft_train, ft_alpha=ft_alpha, ttgs=ttgs)  # fmt: skip
     option = lambda name: "--" + name.replace("_", "-")  # noqa: E731  (errors name the command line's options)
     setups = {
         name: checkpoint_setup(meta, name, dataset=dataset, where=checkpoint, backend=backend, label=option,
@@ -266,6 +276,36 @@ def _save(json_out: str, doc: dict) -> None:
                        "resume from them)")  # fmt: skip
     raise TttError(f"{error}; no other place could hold the results either (temporary, working and home "
                    "directories): they are lost")  # fmt: skip
+
+
+def _ttgs_settings(opts: tuple[str, ...], variants: tuple[str, ...]) -> dict | None:
+    """`--ttgs KEY=VALUE` options as a dict of `TTGSConfig` fields, each value read as its field's type (int, float
+    or str); refused where no variant asked for reads them. The values' ranges are checked by `ttgs_config`."""
+    if not opts:
+        return None
+    import dataclasses as dc
+
+    from ttt.graph import TTGSConfig
+
+    if not {"ttgs", "ttt+ttgs"} & set(variants):
+        raise TttError("--ttgs changes nothing here: only variants ttgs and ttt+ttgs read it; add one to --variants")
+    kinds = {f.name: type(f.default) for f in dc.fields(TTGSConfig)}
+    out: dict = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise TttError(f"--ttgs takes KEY=VALUE, got '{opt}'; keys: {', '.join(kinds)}")
+        if key not in kinds:
+            raise TttError(f"--ttgs: unknown key '{key}'; valid: {', '.join(kinds)}")
+        if key in out:
+            raise TttError(f"--ttgs: key '{key}' given twice")
+        kind = kinds[key]
+        try:
+            out[key] = kind(value.strip()) if kind is not int else int(value.strip(), 10)
+        except ValueError:
+            raise TttError(f"--ttgs {key}={value}: {key} takes {'an int' if kind is int else 'a number'}") from None
+    return out
 
 
 def _refuse_unread(setups: dict, option) -> None:
