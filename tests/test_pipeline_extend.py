@@ -69,7 +69,8 @@ def test_a_longer_run_continues_the_shorter_checkpoint(tmp_path, capsys):
     (r,) = load_pipeline(pipe, {"steps": 8}).runs
     data_hash = json.loads(short.read_text())["dataset_hash"]
     train = lambda **kw: plan_run({**r, **kw}, cache).train  # noqa: E731
-    assert shorter_checkpoint(train(), long.parent / "new", data_hash) == short.parent
+    found = shorter_checkpoint(train(), long.parent / "new", data_hash)
+    assert found.path == short.parent and found.meta["step"] == json.loads(short.read_text())["step"] == 4
     assert shorter_checkpoint(train(steps=4), long.parent / "new", data_hash) is None  # nothing shorter than 4 steps
     assert shorter_checkpoint(train(seeds=1), long.parent / "new", data_hash) is None
     assert shorter_checkpoint(train(), long.parent / "new", "another-hash") is None

@@ -22,6 +22,7 @@ from ttt.pipeline.run import RunOutcome as RunOutcome
 from ttt.pipeline.run import run_pipeline as run_pipeline
 from ttt.pipeline.settings import relevance_everywhere as relevance_everywhere
 from ttt.pipeline.settings import select_random_rank as select_random_rank
+from ttt.pipeline.stages import Checkpoint as Checkpoint
 from ttt.pipeline.stages import ensure_checkpoint as ensure_checkpoint
 from ttt.pipeline.stages import ensure_data as ensure_data
 from ttt.pipeline.stages import evaluate_run as evaluate_run

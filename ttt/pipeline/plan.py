@@ -4,7 +4,7 @@ typed, immutable `RunPlan`, checked when it is made, which every stage then cons
     run (dict) --plan_run--> RunPlan(data: DataPlan, train: TrainPlan, eval: EvalPlan)
         ensure_data(plan)                          -> the dataset's directory
         load_data(plan)                            -> the Dataset
-        ensure_checkpoint(plan, data, data_hash)   -> the checkpoint directory
+        ensure_checkpoint(plan, data, data_hash)   -> the Checkpoint (its directory and metadata, read once)
         evaluate_run(plan, checkpoint, data)       -> the record (results.json's row)
 
 What a plan cannot know before the stages run is the dataset's content hash and the checkpoint's content: the

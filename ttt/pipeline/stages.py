@@ -6,6 +6,7 @@ at its last finished task). A corrupt cache entry is reported through `echo` and
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,15 @@ from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, 
 
 Echo = Callable[[str], None]
 BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """The pre-training stage's artifact: a checkpoint directory and its metadata (`meta.json`), read once and
+    handed on to the evaluation stage."""
+
+    path: Path
+    meta: dict
 
 
 def ensure_data(plan: RunPlan, generate: bool, bar: BarFactory, echo: Echo) -> Path:
@@ -84,9 +94,9 @@ def load_data(plan: RunPlan, generate: bool, bar: BarFactory, echo: Echo):
     return load(p.name, p.directory)
 
 
-def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Path:
-    """The plan's checkpoint directory: the one the run names (checked against the data), else the cache's, trained
-    there first (or continued from a shorter one) when missing or short (and `train`)."""
+def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Checkpoint:
+    """The plan's checkpoint: the one the run names (checked against the data), else the cache's, trained there
+    first (or continued from a shorter one) when missing or short (and `train`)."""
     t, dataset = plan.train, plan.data.name
     out = checkpoint_dir(t, dataset, data_hash)
     if t.checkpoint is not None:
@@ -97,35 +107,47 @@ def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: Bar
             )
         meta = read_meta(out)
         check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(out), data_hash)
-        return out
-    if (out / "meta.json").exists():
-        try:
-            verify_checkpoint(out)
-            if read_meta(out).get("step", 0) >= t.steps:
-                return out
-        except TttError as e:  # a cache entry: report it and train it again
-            echo(f"  pretrain: cached checkpoint is corrupt ({str(e).split('; delete')[0]}); training it again")
-            shutil.rmtree(out)
+        return Checkpoint(out, meta)
+    meta = _cached_meta(out, echo)
+    if meta is not None and meta.get("step", 0) >= t.steps:
+        return Checkpoint(out, meta)
     if not train:
         raise TttError(
             f"no checkpoint of {t.agent} on {dataset} ({t.profile} profile, {t.steps} steps, "
             f"{t.seeds} seeds) in {out}; the 'pretrain' stage produces it (add pretrain to --stages)"
         )
-    if not (out / "meta.json").exists():
+    if meta is None:
         shorter = shorter_checkpoint(t, out, data_hash)
         if shorter is not None:
-            echo(f"  pretrain: continuing the {read_meta(shorter)['step']}-step checkpoint {shorter}")
+            echo(f"  pretrain: continuing the {shorter.meta['step']}-step checkpoint {shorter.path}")
             copy_checkpoint(shorter, out)
-    at = read_meta(out).get("step", 0) if (out / "meta.json").exists() else 0
+            meta = shorter.meta
+    at = 0 if meta is None else meta.get("step", 0)
     resuming = f" (resuming at step {at})" if at else ""
     echo(f"  pretrain: {t.agent} on {dataset}, {t.seeds} seeds x {t.steps} steps -> {out}{resuming}")
     with bar(f"pretrain {t.agent}", "steps") as b:
-        pretrain(t.agent, dataset, data, t.cfg, t.sampler, t.steps, t.seeds, out, chunk_steps=t.chunk, seed=t.seed,
-                 profile=t.profile, progress=lambda done, total, means, rate: b(done, total))  # fmt: skip
-    return out
+        result = pretrain(t.agent, dataset, data, t.cfg, t.sampler, t.steps, t.seeds, out, chunk_steps=t.chunk,
+                          seed=t.seed, profile=t.profile,
+                          progress=lambda done, total, means, rate: b(done, total))  # fmt: skip
+    return Checkpoint(out, result.meta)
 
 
-def shorter_checkpoint(train: TrainPlan, out: Path, data_hash: str) -> Path | None:
+def _cached_meta(out: Path, echo: Echo) -> dict | None:
+    """The metadata of the cache's checkpoint in `out`, verified; None when there is none. A corrupt one is
+    reported and removed (the cache's own: it is trained again)."""
+    if not (out / "meta.json").exists():
+        return None
+    try:
+        meta = read_meta(out)
+        verify_checkpoint(out, meta)
+        return meta
+    except TttError as e:  # a cache entry: report it and train it again
+        echo(f"  pretrain: cached checkpoint is corrupt ({str(e).split('; delete')[0]}); training it again")
+        shutil.rmtree(out)
+        return None
+
+
+def shorter_checkpoint(train: TrainPlan, out: Path, data_hash: str) -> Checkpoint | None:
     """The cached checkpoint of the same training run stopped earlier (most steps below `steps`), if any.
 
     Pre-training's step `t` draws from `fold_in(seed_key, t)` and nothing depends on the total number of steps, so
@@ -134,7 +156,7 @@ def shorter_checkpoint(train: TrainPlan, out: Path, data_hash: str) -> Path | No
     """
     want = dumps(dict(agent=train.agent, config=config_dict(train.cfg), sampler=config_dict(train.sampler),
                       seeds=train.seeds, seed=train.seed, dataset_hash=data_hash), sort_keys=True)  # fmt: skip
-    best, best_step = None, 0
+    best = None
     for d in out.parent.glob(f"{train.agent}-*"):
         if d == out or not (d / "meta.json").exists():
             continue
@@ -142,22 +164,22 @@ def shorter_checkpoint(train: TrainPlan, out: Path, data_hash: str) -> Path | No
             m = read_meta(d)
             have = dumps({k: m[k] for k in ("agent", "config", "sampler", "seeds", "seed", "dataset_hash")},
                          sort_keys=True)  # fmt: skip
+            best_step = 0 if best is None else best.meta["step"]
             if have != want or not best_step < m.get("step", 0) < train.steps:
                 continue
             verify_checkpoint(d, m)
         except (TttError, KeyError):
             continue  # unreadable or corrupt: not a starting point
-        best, best_step = d, m["step"]
+        best = Checkpoint(d, m)
     return best
 
 
-def copy_checkpoint(src: Path, out: Path) -> None:
+def copy_checkpoint(src: Checkpoint, out: Path) -> None:
     """Copy a checkpoint's state file, then its meta.json (written last: a copy cut short is no checkpoint)."""
-    meta = read_meta(src)
     out.mkdir(parents=True, exist_ok=True)
-    with open(src / meta["state_file"], "rb") as f_in:
-        atomic_write_bytes(out / meta["state_file"], lambda f: shutil.copyfileobj(f_in, f))
-    atomic_write_text(out / "meta.json", (src / "meta.json").read_text())
+    with open(src.path / src.meta["state_file"], "rb") as f_in:
+        atomic_write_bytes(out / src.meta["state_file"], lambda f: shutil.copyfileobj(f_in, f))
+    atomic_write_text(out / "meta.json", (src.path / "meta.json").read_text())
 
 
 class EnvCache:
@@ -185,14 +207,21 @@ def _reused_record(plan: RunPlan, key: str, out: Path, shared: Path | None, echo
 
 
 def evaluate_run(
-    plan: RunPlan, ckpt: Path, data, out: Path, bar: BarFactory, echo: Echo, envs: EnvCache, shared: Path | None = None
+    plan: RunPlan,
+    checkpoint: Checkpoint,
+    data,
+    out: Path,
+    bar: BarFactory,
+    echo: Echo,
+    envs: EnvCache,
+    shared: Path | None = None,
 ) -> dict:
     """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved).
 
     A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
     cache directory of records that every pipeline writes to), is reused instead of evaluated again."""
     run, ev = dict(plan.run), plan.eval
-    meta = read_meta(ckpt)
+    ckpt, meta = checkpoint.path, checkpoint.meta
     key = eval_key(plan, ckpt, meta)
     record_path = out / "evals" / f"{plan.name}-{key}.json"
     if record_path.exists():
