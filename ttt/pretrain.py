@@ -380,7 +380,7 @@ def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps
                     f"{out}: holds a checkpoint with another {k} ({old[k]} vs {meta[k]}); "
                     "use another --out or delete it"
                 )
-        check_compatible(old, dataset, data.obs_dim, data.action_dim, str(out), dataset_hash(data))
+        check_compatible(old, dataset, data.obs_dim, data.action_dim, str(out), meta["dataset_hash"])
         if old["step"] > steps:
             raise TttError(
                 f"{out} holds a checkpoint at step {old['step']}, past the {steps} steps asked for; ask for at least "
