@@ -109,3 +109,21 @@ def test_a_plan_refuses_a_row_before_any_stage(tmp_path):
     meta = _meta(plan_run({**runs["ttt"], "variant": "ttt-mc", "agent_config": {"with_critic": False}}))
     with pytest.raises(TttError, match=r"^run ttt: variant ttt needs a value function"):
         make_eval_setup(plan, Path("ck"), meta)  # a checkpoint the row names may lack what the row needs
+
+
+def test_bucket_changes_the_setup_but_not_the_evaluation_key(tmp_path):
+    """`bucket` (episodes fine-tuned together each round) is speed only: a row asking for the whole batch (0) gets
+    `TTTConfig.bucket = None` and keeps the evaluation key (and so the cached records) of the default row."""
+    default = plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache")
+    whole = plan_run(_runs(tmp_path, bucket=0)["ttt"], tmp_path / "cache")
+    three = plan_run(_runs(tmp_path, bucket=3)["ttt"], tmp_path / "cache")
+    meta = _meta(default)
+    assert make_eval_setup(default, tmp_path / "ck", meta).ttt.bucket == 1
+    assert make_eval_setup(whole, tmp_path / "ck", meta).ttt.bucket is None
+    assert make_eval_setup(three, tmp_path / "ck", meta).ttt.bucket == 3
+    assert dict(default.eval.key) == dict(whole.eval.key) == dict(three.eval.key)
+    with pytest.raises(TttError, match=r"bucket must be >= 0 \(episodes of a compiled call .*\), got -1"):
+        _runs(tmp_path, bucket=-1)
+    spec = default.data.spec
+    with pytest.raises(TttError, match=r"bucket must be an int >= 1 or None \(the whole batch\), got 0"):
+        make_setup("ttt", "gcbc", default.train.cfg, default.train.sampler, spec, 1000, bucket=0)

@@ -69,6 +69,7 @@ def make_setup(
     relevance: str = "distance",
     c_rel: float | None = None,
     ttgs: TTGSConfig | dict | None = None,
+    bucket: int | None = 1,
     label: Callable[[str], str] = str,
 ) -> EvalSetup:
     """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` with config `cfg`.
@@ -89,6 +90,8 @@ def make_setup(
       (None: the published defaults; `distance` defaults to 'value' where the backbone has a value function, else
       'l2'); the GC-TTT settings above are then ignored, as for 'base'; variant 'ttt+ttgs' takes both: variant
       'ttt' (the critic) whose selection and fine-tuning aim, each round, at TTGS's subgoal at the round's start;
+    - `bucket`: how many of a batch's live episodes fine-tune together each round (`TTTConfig.bucket`: 1, suited
+      to a CPU; None: the whole batch at once, which fills a GPU); speed only, the results do not depend on it;
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
@@ -106,6 +109,8 @@ def make_setup(
     graph = ttgs_config(backbone, cfg, ttgs, label) if variant == "ttt+ttgs" else None
     variant = "ttt" if variant == "ttt+ttgs" else variant  # its GC-TTT part is variant ttt's
 
+    if bucket is not None and not (isinstance(bucket, int) and not isinstance(bucket, bool) and bucket >= 1):
+        raise TttError(f"{label('bucket')} must be an int >= 1 or None (the whole batch), got {bucket!r}")
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
     if N < 1:
@@ -153,6 +158,7 @@ def make_setup(
                                     alpha=ft_alpha),
             critic=critic if variant == "ttt" else "learned",
             reset_after_horizon=reset_after_horizon,
+            bucket=bucket,
         )  # fmt: skip
         finetune_backbone_config(backbone, cfg, ttt.finetune)
     except ValueError as e:
