@@ -491,6 +491,14 @@ def claims() -> list[Claim]:
               f"the checkpoint's alpha 0.003 vs OGBench's antmaze alpha 0.3; {CPU}",
               "(the paper keeps the backbone's loss)",
               Row(f"{LEADS}/nav-ttt", label="alpha 0.003"), Row(f"{LEADS}/nav-ttt-alpha0.3", label="alpha 0.3")),
+        Claim("1 (GC-IQL, the BC weight at fine-tuning)", f"GC-IQL, stitch, critic (rule episodes): fine-tuning with "
+              f"the checkpoint's alpha 0.003 vs OGBench's antmaze alpha 0.3; {CPU}",
+              "(the paper keeps the backbone's loss)",
+              Row(f"{LEADS}/stitch-ttt", label="alpha 0.003"), Row(f"{LEADS}/stitch-ttt-alpha0.3", label="alpha 0.3")),
+        Claim("1 (GC-IQL, which lead)", f"GC-IQL, stitch, critic (rule episodes), alpha 0.003: fresh Adam at batch "
+              f"256 vs the published pre-training Adam state at batch 1024; {CPU}", "(the published code's setting)",
+              Row(f"{LEADS}/stitch-ttt", label="fresh, 256"), Row(f"{LEADS}/stitch-ttt-published",
+                                                                  label="reused, 1024"), expect="none"),
         Claim("1 (GC-IQL, which lead)", f"GC-IQL, navigate, critic (rule episodes), alpha 0.003: the learned critic vs "
               f"the maze oracle's true steps; {CPU}", "(the oracle is ours)", Row(f"{LEADS}/nav-ttt", label="learned"),
               Row(f"{LEADS}/nav-ttt-oracle", label="oracle"), expect="none"),
@@ -512,6 +520,10 @@ def claims() -> list[Claim]:
               ("gcbc", "GC-BC", "navigate", "0.29 -> 0.48", "gain"),
               ("saw", "SAW", "stitch", "0.98 -> 0.97", "none"),
               ("saw", "SAW", "navigate", "0.97 -> 0.97", "none"))],
+        Claim("1 (GC-IQL, the BC weight at fine-tuning)", "GC-IQL, antmaze-medium stitch, critic (rule episodes), lr "
+              "3e-5 N 200 K 100: the backbone's alpha 0.3 vs alpha 3.0 at fine-tuning; cpu profile, 100k",
+              "(the paper keeps the backbone's loss)", Row(f"{T1}/gciql-ttt-stitch", label="alpha 0.3"),
+              Row(f"{T1}/gciql-ttt-alpha3-stitch", label="alpha 3"), expect="none"),
     ]
 
 
