@@ -161,8 +161,9 @@ def _text_of(write: Callable[[Any], None]) -> str:
     return buf.getvalue()
 
 
-def save_checkpoint(out: Path, states: TrainState, meta: dict) -> Path:
-    """Write `state-<step>.eqx` (Equinox serialised leaves) then `meta.json` pointing at it, both atomically.
+def save_checkpoint(out: Path, states: TrainState, meta: dict) -> dict:
+    """Write `state-<step>.eqx` (Equinox serialised leaves) then `meta.json` pointing at it, both atomically;
+    returns the metadata written.
 
     A crash at any moment leaves `meta.json` naming a complete state file (the previous one or the new one).
     """
@@ -182,7 +183,7 @@ def save_checkpoint(out: Path, states: TrainState, meta: dict) -> Path:
     for old in out.glob("state-*.eqx"):
         if old.name != name:
             old.unlink(missing_ok=True)
-    return out / name
+    return meta
 
 
 def read_meta(out: str | os.PathLike) -> dict:
@@ -333,7 +334,7 @@ def pretrain(
     progress: Callable[[int, int, dict, float], None] | None = None,
 ) -> PretrainResult:
     """Train `seeds` seeds for `steps` updates, resuming from `out` when it holds a matching checkpoint."""
-    get_agent(agent)  # an unknown agent: the valid ones are listed
+    backbone_name = get_agent(agent).backbone  # an unknown agent: the valid ones are listed
     if steps < 1 or seeds < 1 or chunk_steps < 1:
         raise TttError(f"steps, seeds and chunk size must be >= 1, got {steps}, {seeds}, {chunk_steps}")
     if steps > MAX_STEPS:
@@ -347,11 +348,12 @@ def pretrain(
 
     writable_dir(out, "out (--out)")
     with locked(out / ".lock", f"the checkpoint {out}"):  # a second trainer waits, then resumes (or finds it done)
-        return _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile, progress)
+        return _pretrain(agent, backbone_name, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed,
+                         profile, progress)  # fmt: skip
 
 
-def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile, progress):
-    backbone_name = get_agent(agent).backbone
+def _pretrain(agent, backbone_name, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile,
+              progress):  # fmt: skip
     meta = dict(
         agent=agent,
         backbone=backbone_name,
@@ -372,6 +374,7 @@ def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps
     check_memory(2 * seeds * nbytes, f"training {seeds} seeds (networks and optimiser state of each)",
                  "train fewer seeds at once")  # fmt: skip
     seed_keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.arange(seeds))
+    old = None  # the metadata of the checkpoint found in `out`, if any
     if (out / "meta.json").exists():
         old = read_meta(out)
         for k in ("agent", "config", "sampler", "seeds", "seed"):
@@ -395,7 +398,7 @@ def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps
     history: list[dict] = []
     chunk_fns: dict[int, Callable] = {}
     rate_steps, rate_time = 0, 0.0
-    first = True
+    first, saved = True, old  # `saved`: the metadata of the last checkpoint written (or found, when already done)
     while done < steps:
         n = min(chunk_steps, steps - done)
         fn = chunk_fns.setdefault(n, make_chunk(backbone_name, cfg, sampler, n))
@@ -412,11 +415,10 @@ def _pretrain(agent, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps
             rate_steps, rate_time = rate_steps + n, rate_time + dt
         first = False
         rate = rate_steps / rate_time if rate_time else n / dt
-        save_checkpoint(out, states, {**meta, "updates_per_s": rate})
+        saved = save_checkpoint(out, states, {**meta, "updates_per_s": rate})
         if progress:
             progress(done, steps, means, rate)
-    meta = read_meta(out) if (out / "meta.json").exists() else meta
-    return PretrainResult(states, meta, rate_steps / rate_time if rate_time else float("nan"), history, start)
+    return PretrainResult(states, saved, rate_steps / rate_time if rate_time else float("nan"), history, start)
 
 
 def _non_finite_message(finite: np.ndarray, names: list[str], done: int, out: Path, cfg) -> str:
