@@ -104,7 +104,8 @@ class Transforms:
 @dataclasses.dataclass(frozen=True)
 class TTTConfig:
     """Static GC-TTT settings: period `K` (environment steps per round), selection and fine-tuning, and the rows
-    per chunk of the once-per-episode dataset value pass (memory only, not results).
+    per chunk of the once-per-episode dataset value pass (`value_chunk`: memory; on a CPU, chunks of 1024 rows or
+    fewer change the last bits of the values, 2048 and more give the default's to the bit: docs/algorithm.md).
 
     - `critic`: where selection's values `V(s_j | g*)` come from: 'learned' (the backbone's value function) or
       'oracle' (true shortest-path steps through the maze, `ttt.envs.oracle`; point mazes; selection only).
