@@ -4,11 +4,14 @@ link of the front page reaches a heading, and `studies/table1.py --write` fills 
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -90,3 +93,34 @@ def test_table1_fills_the_front_page_block(tmp_path):
     block = page.read_text().split("<!-- table1 -->", 1)[1].split("<!-- /table1 -->", 1)[0]
     assert block.strip().startswith("| env | data | backbone |") and "Commands (seeds x tasks x episodes)" in block
     assert page.read_text().split("<!-- table1 -->")[0] == FRONT.read_text().split("<!-- table1 -->")[0]
+
+
+def _record(name: str, variant: str, success: list, alpha=None) -> dict:
+    s = np.asarray(success, float)  # (seeds, tasks, episodes)
+    per_seed = s.reshape(s.shape[0], -1).mean(1)
+    return dict(run=dict(name=name, variant=variant, agent="gcbc", dataset="toy-v0", ft_alpha=alpha),
+                checkpoint="ck", checkpoint_step=10000, success=s.tolist(), per_seed=per_seed.tolist(),
+                mean=float(per_seed.mean()), se=float(per_seed.std(ddof=1) / np.sqrt(len(per_seed))),
+                wall_s=1.0, rounds={})  # fmt: skip
+
+
+def test_test_time_methods_verdicts_by_hand():
+    """The verdict rule of studies/test_time_methods_table.py on records whose numbers are worked out by hand."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import test_time_methods_table as ttm
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    base = _record("b", "base", [[[0, 0]], [[0, 1]], [[0, 0]]])  # per seed 0, 0.5, 0: mean 1/6, se sqrt(1/12)/sqrt(3)
+    ttgs = _record("g", "ttgs", [[[0, 1]], [[0, 1]], [[0, 0]]])  # per seed 0.5, 0.5, 0: mean 1/3, se 1/6
+    ttt = _record("t", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]])  # 1, 1, 1: mean 1, se 0
+    c = ttm.compare(base, ttgs)
+    assert math.isclose(c["diff"], 1 / 6) and math.isclose(c["se"], math.sqrt(1 / 36 + 1 / 36))
+    assert c["verdict"] == "no difference"  # 1/6 < 2 * 0.236
+    c = ttm.compare(ttgs, ttt)
+    assert math.isclose(c["diff"], 2 / 3) and math.isclose(c["se"], 1 / 6) and c["verdict"].startswith("ttt better")
+    ttt_a = _record("ta", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]], alpha=0.3)
+    lines = ttm.verdict_table([base, ttgs, ttt, ttt_a])
+    pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in lines[2:]]
+    # base against every method; TTGS against the paper's-loss GC-TTT only (not the alpha-0.3 row)
+    assert pairs == [("b", "g"), ("b", "t"), ("b", "ta"), ("g", "t")]

@@ -15,7 +15,6 @@ The agent is freshly initialised (timing does not depend on the weights) with th
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
