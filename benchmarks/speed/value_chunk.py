@@ -10,6 +10,10 @@ reports seconds per pass, the ratio to the default and the FLOP rate (XLA's coun
         --chunks 512,1024,2048,4096,8192,16384 --out benchmarks/results/speed/value_chunk.json
 
 The agent is freshly initialised (timing does not depend on the weights) with the cpu profile's networks.
+
+`--ablate` also times the default chunk's pass with parts of the network taken out (GELU made the identity, then
+LayerNorm too: not the same values, only the same matmuls), beside the floor (XLA's FLOP count of the whole pass at
+the float32 matmul rate measured at the pass's shape): where the time above the floor goes.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ def main() -> None:
     ap.add_argument("--chunks", default="1024,2048,4096,8192,16384")
     ap.add_argument("--default", type=int, default=4096, help="the chunk the others are compared with")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ablate", action="store_true", help="time the pass without GELU, then without LayerNorm too")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -76,12 +81,51 @@ def main() -> None:
               f"{rows[-1]['gflops']:.1f} GFLOP/s, values identical to chunk {a.default}: "
               f"{rows[-1]['identical_to_default']} ({rows[-1]['rows_differing']} rows differ, at most by "
               f"{rows[-1]['max_abs_diff']:.2g})")  # fmt: skip
-    doc = dict(dataset=a.dataset, agent=a.agent, profile=a.profile, rows_in_pass=int(obs.shape[0]),
+    ablation = _ablate(backbone, agent, obs, goal, a.default, a.repeats, flops_per_row, cfg) if a.ablate else None
+    doc = dict(ablation=ablation, dataset=a.dataset, agent=a.agent, profile=a.profile, rows_in_pass=int(obs.shape[0]),
                flops_per_row=flops_per_row, default=a.default, repeats=a.repeats, results=rows,
                device=str(jax.devices()[0].device_kind), date=time.strftime("%Y-%m-%d %H:%M"))  # fmt: skip
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(a.out), dumps(doc, indent=1))
+
+
+def _ablate(backbone, agent, obs, goal, chunk: int, repeats: int, flops_per_row: float, cfg) -> dict:
+    """The full pass, then without GELU, then without GELU and LayerNorm (same matmuls), interleaved; the floor."""
+    import ttt.nets as nets
+
+    gelu, norm = jax.nn.gelu, nets.LayerNorm.__call__
+    width = max(cfg.value_hidden_dims)
+    x, w = jnp.ones((chunk, width)), jnp.ones((width, width))
+    mm = jax.jit(lambda x, w: x @ w)
+    mm(x, w).block_until_ready()
+    t0 = time.perf_counter()
+    for _ in range(20):
+        mm(x, w).block_until_ready()
+    rate = 2 * chunk * width * width * 20 / (time.perf_counter() - t0)
+
+    def build(no_gelu: bool, no_norm: bool):
+        jax.nn.gelu = (lambda v, approximate=True: v) if no_gelu else gelu
+        nets.LayerNorm.__call__ = (lambda self, v: v) if no_norm else norm
+        try:  # traced (and compiled) now, with the parts patched out
+            f = jax.jit(lambda ag, o, g: dataset_values(backbone.value, ag, o, g, chunk))
+            f(agent, obs, goal).block_until_ready()
+            return f
+        finally:
+            jax.nn.gelu, nets.LayerNorm.__call__ = gelu, norm
+
+    fns = {"full": build(False, False), "no GELU": build(True, False), "no GELU, no LayerNorm": build(True, True)}
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f(agent, obs, goal).block_until_ready()
+            times[k].append(time.perf_counter() - t0)
+    floor = flops_per_row * obs.shape[0] / rate
+    out = dict(matmul_gflops=rate / 1e9, floor_s=floor, **{k: min(v) for k, v in times.items()})
+    print(f"floor {floor:.2f} s (matmul {rate / 1e9:.0f} GFLOP/s at ({chunk}, {width}) x ({width}, {width})); "
+          + "; ".join(f"{k}: {min(v):.2f} s ({min(v) / floor:.2f}x the floor)" for k, v in times.items()))
+    return out
 
 
 if __name__ == "__main__":
