@@ -26,8 +26,8 @@ from ttt.pipeline.report import welch
 BEGIN, END = "<!-- test-time-methods -->", "<!-- /test-time-methods -->"
 
 # (A, B) variant pairs compared on one checkpoint; GC-TTT and the combined variant are paired at equal ft_alpha.
-PAIRS = (("base", "ttgs"), ("base", "ttt-mc"), ("base", "ttt"), ("base", "ttt+ttgs"), ("ttgs", "ttt"),
-         ("ttgs", "ttt+ttgs"), ("ttt", "ttt+ttgs"))  # fmt: skip
+PAIRS = (("base", "ttgs"), ("base", "ttt-mc"), ("base", "ttt"), ("base", "ttt+ttgs"), ("ttgs", "ttt-mc"),
+         ("ttgs", "ttt"), ("ttgs", "ttt+ttgs"), ("ttt", "ttt+ttgs"))  # fmt: skip
 
 
 def _alpha(r: dict):
