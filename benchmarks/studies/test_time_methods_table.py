@@ -17,13 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from ttt.pipeline.report import welch
 
-BEGIN, END = "<!-- test-time-methods -->", "<!-- /test-time-methods -->"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from claims import replace_block  # noqa: E402
 
 # (A, B) variant pairs compared on one checkpoint; GC-TTT and the combined variant are paired at equal ft_alpha.
 PAIRS = (("base", "ttgs"), ("base", "ttt-mc"), ("base", "ttt"), ("base", "ttt+ttgs"), ("ttgs", "ttt-mc"),
@@ -72,7 +74,7 @@ def compare(a: dict, b: dict) -> dict:
     se = math.sqrt((a["se"] or 0.0) ** 2 + (b["se"] or 0.0) ** 2)
     p_seeds = welch(np.asarray(b["per_seed"]), np.asarray(a["per_seed"]))[1]
     p_eps = welch(sb.reshape(-1), sa.reshape(-1))[1]
-    if abs(diff) < 2 * se or (se == 0.0 and diff == 0.0):
+    if not (abs(diff) > 2 * se and diff != 0):  # claims.py's rule
         verdict = "no difference"
     else:
         verdict = f"{b['run']['variant'] if diff > 0 else a['run']['variant']} better"
@@ -104,7 +106,7 @@ def verdict_table(records: list[dict]) -> list[str]:
     return out
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("results", help="the pipeline's results.json")
     ap.add_argument("--write", default=None, help="a markdown file whose marked block receives the tables")
@@ -113,14 +115,8 @@ def main() -> None:
     text = "\n".join([*rows_table(records), "", "Verdicts (B against A on the same checkpoint and episodes):", "",
                       *verdict_table(records)])  # fmt: skip
     print(text)
-    if a.write:
-        doc = Path(a.write).read_text()
-        if BEGIN not in doc or END not in doc:
-            raise SystemExit(f"{a.write} has no {BEGIN} ... {END} block to fill")
-        head, rest = doc.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        Path(a.write).write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    return replace_block(Path(a.write), "test-time-methods", text) if a.write else 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
