@@ -85,6 +85,11 @@ def test_interrupted_chunked_run_matches_uninterrupted(tmp_path):
     rest = pretrain("gciql", NAV, data, cfg, sampler, steps=12, seeds=2, out=tmp_path / "b", chunk_steps=4)
     for a, b in zip(leaves(whole.states), leaves(rest.states), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    # The result's metadata is what meta.json holds; asked again, nothing is left to train and the checkpoint found
+    # is the result.
+    assert rest.meta == read_meta(tmp_path / "b") and rest.meta["step"] == 12
+    again = pretrain("gciql", NAV, data, cfg, sampler, steps=12, seeds=2, out=tmp_path / "b", chunk_steps=4)
+    assert again.meta == rest.meta and again.history == [] and again.start_step == 12
 
 
 def test_no_retrace_between_chunks():
