@@ -499,3 +499,23 @@ def test_registry_and_configs():
     )
     q = qrl.Config()
     assert (q.latent_dim, q.dim_per_component, q.eps, q.alpha) == (512, 8, 0.05, 0.003)
+
+
+def test_giant_mazes_train_and_select_with_ogbench_discount():
+    """OGBench's tuned commands use discount 0.995 on the giant mazes; GC-TTT's selection reads values with the
+    discount the backbone was trained with (predicted steps on the wrong scale would mis-rank the data)."""
+    from ttt.data.specs import get_spec
+    from ttt.presets import GIANT_DISCOUNT, make_configs
+    from ttt.setups import make_setup
+
+    giant, medium = get_spec("pointmaze-giant-navigate-v0"), get_spec("pointmaze-medium-navigate-v0")
+    for agent in ("gcbc", "gciql", "qrl", "saw"):
+        cfg, sampler = make_configs(agent, giant, "cpu")
+        assert cfg.discount == GIANT_DISCOUNT == 0.995 and sampler.discount == 0.995, agent
+        assert make_configs(agent, medium, "cpu")[0].discount == 0.99, agent
+    assert make_configs("gciql", get_spec("antmaze-giant-stitch-v0"), "cpu")[0].discount == 0.995
+    assert make_configs("gciql", giant, "cpu", {"discount": 0.98})[0].discount == 0.98  # the user's value wins
+    cfg, sampler = make_configs("gcbc", giant, "cpu")
+    for c, gamma in ((cfg, 0.995), (make_configs("gcbc", medium, "cpu")[0], 0.99)):
+        setup = make_setup("ttt", "gcbc", c, sampler, giant, 1000)
+        assert setup.ttt.select.gamma == gamma

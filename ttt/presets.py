@@ -9,6 +9,7 @@ Agents (the names `ttt pretrain --agent` takes):
 - `saw`: SAW (policy bootstrapping from subgoal-conditioned policies), when registered.
 - `qrl`: QRL (IQE quasimetric; DDPG+BC alpha pointmaze 0.0003, cube 0.3).
 
+On the giant mazes every agent with a discount trains at 0.995, as OGBench's tuned commands do (`GIANT_DISCOUNT`).
 Goal sampling follows each OGBench agent's defaults; on stitch datasets OGBench's tuned commands set the actor
 goals to half trajectory, half random for every agent but GC-BC (`impls/hyperparameters.sh`).
 
@@ -82,6 +83,10 @@ FAMILY_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("qrl", "cube"): {"alpha": 0.3},
     ("saw", "cube"): {"expectile": 0.9, "subgoal_steps": 10, "kl_alpha": 0.3},
 }
+
+# OGBench's tuned commands train every value-based agent on the giant mazes with discount 0.995 (GCIVL, GCIQL, QRL,
+# CRL, HIQL; TTGS's commands and SAW's paper too); GC-BC's actor has no discount, its critic is GCIVL's.
+GIANT_DISCOUNT = 0.995
 
 
 def get_profile(name: str) -> Profile:
@@ -166,6 +171,8 @@ def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[st
     values.update(dict(preset.overrides))
     if preset.name != "gciql-awr":
         values.update(FAMILY_OVERRIDES.get((preset.backbone, spec.family), {}))
+    if spec.is_maze and spec.maze_type == "giant" and "discount" in fields:
+        values["discount"] = GIANT_DISCOUNT
     values.update(overrides or {})
     unknown = sorted(set(values) - fields)
     if unknown:

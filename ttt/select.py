@@ -66,7 +66,7 @@ class SelectConfig:
       eps, critic-free), 'fixed' (`min(j + H - 1, ep_end)`; returns use the critic formula when values are
       given, else the Monte-Carlo rule with the arrival searched inside the span).
     - `H`: the fixed span length (rows, >= 2), only with mode='fixed'.
-    - `gamma`: discount in [0, 1). `mix`: fraction of each TTT batch drawn uniformly from the dataset, [0, 1].
+    - `gamma`: discount in [0, 1) (`make_setup` passes the backbone's `discount`). `mix`: fraction of each TTT batch drawn uniformly from the dataset, [0, 1].
     - `noise_alpha`: value-noise scale, `G += N(0, (alpha * mean|G over relevant|)^2)`, >= 0.
     - `relevance`: 'distance' or 'value' (`V(s | s_j) > c_rel`; `c_rel` required then).
     - `rule`: how relevant rows become training rows (docs/algorithm.md); None: the mode's default,
@@ -788,7 +788,8 @@ def training_rows(
     - `key`: breaks rule 'paper's ties (default `jax.random.key(0)`).
     - `**params`: any `SelectConfig` field: `q` (paper: fraction kept, default 0.05; mc-episodes: the episode
       quantile, published 0.2), `eps_rel` (relevance radius, default `goal_eps`), `h_min` (shortest span with a
-      critic; the published `min_steps`, 10), `n_episodes` (10), `slack` (10), `gamma` (0.99), ...
+      critic; the published `min_steps`, 10), `n_episodes` (10), `slack` (10), `gamma` (0.99;
+      give the backbone's discount when `values` come from it), ...
 
     Pure and fixed-shape: jit it with `rule` and `params` static.
     """

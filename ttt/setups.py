@@ -153,7 +153,8 @@ def make_setup(
         ttt = TTTConfig(
             K=max_steps if once else K,
             select=SelectConfig(q=q, eps_rel=eps, h_min=h_min, mode=mode, H=H, mix=mix, noise_alpha=noise_alpha,
-                                relevance=relevance, c_rel=c_rel, rule=rule, n_episodes=n_episodes, slack=slack),
+                                relevance=relevance, c_rel=c_rel, rule=rule, n_episodes=n_episodes, slack=slack,
+                                gamma=float(getattr(cfg, "discount", 0.99))),
             finetune=FinetuneConfig(steps=N, lr=lr, batch_size=batch, reuse_opt_state=reuse_adam, train=ft_train,
                                     alpha=ft_alpha),
             critic=critic if variant == "ttt" else "learned",
