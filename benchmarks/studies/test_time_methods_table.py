@@ -27,7 +27,9 @@ from ttt.pipeline.report import welch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims import replace_block  # noqa: E402
 
-# (A, B) variant pairs compared on one checkpoint; GC-TTT and the combined variant are paired at equal ft_alpha.
+# (A, B) variant pairs compared on one checkpoint; GC-TTT and the combined variant are paired at equal ft_alpha; base
+# and TTGS (no fine-tuning) against every GC-TTT row, the paper's loss and a raised alpha (docs/algorithm.md's
+# recommendation for small-alpha checkpoints) alike.
 PAIRS = (("base", "ttgs"), ("base", "ttt-mc"), ("base", "ttt"), ("base", "ttt+ttgs"), ("ttgs", "ttt-mc"),
          ("ttgs", "ttt"), ("ttgs", "ttt+ttgs"), ("ttt", "ttt+ttgs"))  # fmt: skip
 
@@ -95,8 +97,6 @@ def verdict_table(records: list[dict]) -> list[str]:
                 for b in (r for r in group if r["run"]["variant"] == vb):
                     if va == "ttt" and _alpha(a) != _alpha(b):
                         continue
-                    if va == "ttgs" and _alpha(b) is not None:
-                        continue  # TTGS against the paper's-loss GC-TTT rows only
                     c = compare(a, b)
                     run = a["run"]
                     where = f"{run['agent']}, {run['dataset'].removesuffix('-v0')}, {a['checkpoint_step'] // 1000}k"
