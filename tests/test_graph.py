@@ -243,3 +243,27 @@ def test_l2_distance_scale_is_the_mean_valid_step_by_hand():
     data = Dataset.from_arrays(obs, np.zeros((5, 2), np.float32), terminals)
     assert float(distance_scale(TTGSConfig(distance="l2"), data)) == pytest.approx(4.0)
     assert float(distance_scale(TTGSConfig(distance="value"), data)) == 1.0
+
+
+def test_tau_and_threshold_default_to_the_published_ones_per_dataset():
+    """TTGS's hyper-parameter table sets tau / threshold per dataset (GC-IQL column: giant navigate 12 / 24, giant
+    stitch 6 / 12, large stitch 48 / 96; QRL's differs); unset fields take them, set fields and configs stay."""
+    from ttt.data.specs import get_spec
+    from ttt.graph import TTGSConfig
+    from ttt.presets import make_configs
+    from ttt.setups import make_setup
+
+    def resolved(agent, dataset, ttgs=None):
+        spec = get_spec(dataset)
+        cfg, sampler = make_configs(agent, spec, "cpu")
+        g = make_setup("ttgs", agent, cfg, sampler, spec, 1000, ttgs=ttgs).ttgs
+        return g.tau, g.threshold
+
+    assert resolved("gciql", "pointmaze-giant-navigate-v0") == (12.0, 24.0)
+    assert resolved("gcbc", "pointmaze-giant-stitch-v0") == (6.0, 12.0)  # GC-BC's critic: GC-IQL's column
+    assert resolved("gciql", "pointmaze-large-stitch-v0") == (48.0, 96.0)
+    assert resolved("qrl", "pointmaze-giant-navigate-v0") == (24.0, 48.0)  # QRL's column differs
+    assert resolved("qrl", "pointmaze-giant-stitch-v0") == (12.0, 24.0)
+    assert resolved("gciql", "pointmaze-medium-navigate-v0") == (24.0, 48.0)
+    assert resolved("gciql", "pointmaze-giant-navigate-v0", {"tau": 30.0}) == (30.0, 24.0)
+    assert resolved("gciql", "pointmaze-giant-navigate-v0", TTGSConfig()) == (24.0, 48.0)  # a config as it is

@@ -38,12 +38,37 @@ FAR_STEPS = 10000.0  # what a NaN step count becomes (the published code's const
 TTGS_METRICS = ("ttgs_unreachable", "ttgs_plans", "ttgs_hops", "ttgs_truncated", "ttgs_goal_frac")
 
 
+# The published per-dataset `tau` / `threshold` where they differ from the defaults 24 / 48 (TTGS's hyper-parameter
+# table, impls/hyperparameters.sh: its GC-IQL and QRL columns); other backbones (GC-BC's critic, SAW) take GC-IQL's.
+PUBLISHED_TAU_THRESHOLD: dict[str, dict[str, tuple[float, float]]] = {
+    "gciql": {
+        "pointmaze-large-stitch-v0": (48.0, 96.0),
+        "pointmaze-giant-navigate-v0": (12.0, 24.0),
+        "pointmaze-giant-stitch-v0": (6.0, 12.0),
+        "antmaze-giant-navigate-v0": (12.0, 24.0),
+        "antmaze-giant-stitch-v0": (12.0, 24.0),
+    },
+    "qrl": {
+        "pointmaze-giant-stitch-v0": (12.0, 24.0),
+        "antmaze-giant-navigate-v0": (12.0, 24.0),
+        "antmaze-giant-stitch-v0": (12.0, 24.0),
+    },
+}
+
+
+def published_tau_threshold(backbone: str, dataset: str | None) -> tuple[float, float]:
+    """TTGS's published `(tau, threshold)` for a backbone on a dataset (`PUBLISHED_TAU_THRESHOLD`; else 24, 48)."""
+    table = PUBLISHED_TAU_THRESHOLD["qrl" if backbone == "qrl" else "gciql"]
+    return table.get(dataset, (TTGSConfig.tau, TTGSConfig.threshold))
+
+
 @dataclasses.dataclass(frozen=True)
 class TTGSConfig:
     """Static TTGS settings (the published defaults, `impls/main.py` and `impls/hyperparameters.sh`, where given).
 
     - `n_vertices` (published `random_size`, 4000): dataset rows drawn as vertices (`vertex_seed`, published 0);
-    - `tau` (24): edges longer than `tau` steps are penalised, `d * penalty^(d / tau)` (`penalty` 1000, the
+    - `tau` (24; `make_setup` from a dict: the dataset's published value, `published_tau_threshold`): edges
+      longer than `tau` steps are penalised, `d * penalty^(d / tau)` (`penalty` 1000, the
       published 'dynamic' mode); every weight is at least 1;
     - `threshold` (48): the subgoal is the furthest path point within `threshold` steps; within `threshold` of the
       goal, the goal itself;

@@ -66,7 +66,8 @@ class SelectConfig:
       eps, critic-free), 'fixed' (`min(j + H - 1, ep_end)`; returns use the critic formula when values are
       given, else the Monte-Carlo rule with the arrival searched inside the span).
     - `H`: the fixed span length (rows, >= 2), only with mode='fixed'.
-    - `gamma`: discount in [0, 1) (`make_setup` passes the backbone's `discount`). `mix`: fraction of each TTT batch drawn uniformly from the dataset, [0, 1].
+    - `gamma`: discount in [0, 1) (`make_setup` passes the backbone's `discount`).
+    - `mix`: fraction of each TTT batch drawn uniformly from the dataset, [0, 1].
     - `noise_alpha`: value-noise scale, `G += N(0, (alpha * mean|G over relevant|)^2)`, >= 0.
     - `relevance`: 'distance' or 'value' (`V(s | s_j) > c_rel`; `c_rel` required then).
     - `rule`: how relevant rows become training rows (docs/algorithm.md); None: the mode's default,

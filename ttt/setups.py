@@ -28,7 +28,7 @@ from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
-from ttt.graph import TTGSConfig
+from ttt.graph import TTGSConfig, published_tau_threshold
 from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
 from ttt.select import IGNORED_BY_RULE, SelectConfig
 
@@ -105,8 +105,8 @@ def make_setup(
 
     if variant == "ttgs":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms,
-                         ttgs_config(backbone, cfg, ttgs, label))  # fmt: skip
-    graph = ttgs_config(backbone, cfg, ttgs, label) if variant == "ttt+ttgs" else None
+                         ttgs_config(backbone, cfg, ttgs, label, getattr(spec, "name", None)))  # fmt: skip
+    graph = ttgs_config(backbone, cfg, ttgs, label, getattr(spec, "name", None)) if variant == "ttt+ttgs" else None
     variant = "ttt" if variant == "ttt+ttgs" else variant  # its GC-TTT part is variant ttt's
 
     if bucket is not None and not (isinstance(bucket, int) and not isinstance(bucket, bool) and bucket >= 1):
@@ -177,9 +177,17 @@ def make_setup(
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms, graph)
 
 
-def ttgs_config(backbone: str, cfg: Any, ttgs: TTGSConfig | dict | None, label: Callable[[str], str] = str):
-    """The checked `TTGSConfig` of `ttgs` (a config, a dict of its fields, or None: the defaults) for a backbone:
-    distance 'value' by default where it has a value function, else 'l2'; a bad field raises `TttError`."""
+def ttgs_config(
+    backbone: str,
+    cfg: Any,
+    ttgs: TTGSConfig | dict | None,
+    label: Callable[[str], str] = str,
+    dataset: str | None = None,
+):
+    """The checked `TTGSConfig` of `ttgs` (a config, taken as it is; or a dict of its fields, or None: the defaults)
+    for a backbone on `dataset`: distance 'value' by default where it has a value function, else 'l2'; `tau` and
+    `threshold` by default the published ones for the dataset (`ttt.graph.published_tau_threshold`); a bad field
+    raises `TttError`."""
     has_value = get_backbone(backbone).has_value(cfg)
     if not isinstance(ttgs, TTGSConfig):
         fields = dict(ttgs or {})
@@ -188,6 +196,9 @@ def ttgs_config(backbone: str, cfg: Any, ttgs: TTGSConfig | dict | None, label: 
             raise TttError(f"{label('ttgs')}: unknown field(s) {', '.join(unknown)}; valid: "
                            f"{', '.join(f.name for f in dataclasses.fields(TTGSConfig))}")  # fmt: skip
         fields.setdefault("distance", "value" if has_value else "l2")
+        tau, threshold = published_tau_threshold(backbone, dataset)
+        fields.setdefault("tau", tau)
+        fields.setdefault("threshold", threshold)
         try:
             ttgs = TTGSConfig(**fields)
         except (TypeError, ValueError) as e:

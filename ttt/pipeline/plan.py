@@ -165,7 +165,7 @@ def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, w
         _check_ttt(run, spec, train, max_steps, where)
         settings.update(_ttt_settings(run))
     if run["variant"] in ("ttgs", "ttt+ttgs"):  # graph search's settings, checked against the backbone
-        ttgs_config(train.backbone, train.cfg, run["ttgs"], lambda _: f"{where}: ttgs")
+        ttgs_config(train.backbone, train.cfg, run["ttgs"], lambda _: f"{where}: ttgs", spec.name)
         settings["ttgs"] = dict(run["ttgs"])
     driver = run["driver"]
     if driver == "auto":
