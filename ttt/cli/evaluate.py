@@ -97,7 +97,8 @@ from ttt.errors import TttError
     multiple=True,
     metavar="KEY=VALUE",
     help="A test-time graph search setting of variants ttgs and ttt+ttgs, repeatable: e.g. --ttgs n_vertices=1000 "
-    "--ttgs distance=l2. Keys: the fields of ttt.graph.TTGSConfig (docs/algorithm.md); unset: the published values.",
+    "--ttgs distance=l2. Keys: the fields of ttt.graph.TTGSConfig (docs/algorithm.md); unset: the published values "
+    "(tau and threshold: the dataset's).",
 )
 def eval_cmd(
     checkpoint,
