@@ -114,7 +114,9 @@ class TTTConfig:
     - `bucket`: how many episodes of a batch adapt together. Each round, the batch's still-running episodes are
       moved to the front and adapted `bucket` at a time (a `lax.while_loop` over buckets), so an episode that has
       ended costs no selection or fine-tuning. None: the whole batch adapts in every round until all of it has
-      ended (the pre-0.2 behaviour). Results do not depend on it (tested); only speed does.
+      ended (the pre-0.2 behaviour). Results do not depend on it up to float rounding (tested: a vmap of another
+      width may round the fine-tuning's last bits differently; on the ant mazes 1000 steps of contact dynamics can
+      turn that into different episodes, with the same success rate: benchmarks/RESULTS.md); speed does.
     - `value_cap`: the value pass. None or 0: the full pass: `prepare` computes `V(s_j | g*)` of every dataset
       row once per episode. A fraction in (0, 1]: the lazy pass: `prepare` computes none; each round computes the
       values of the rows from each dataset episode's first relevant row to its end that were not computed before

@@ -3,7 +3,7 @@
 Usage:
     python benchmarks/speed/episode_speed.py [--ckpt runs/base/cpu/pointmaze-medium-navigate-v0/gcbc] [--dir DATA_DIR]
         [--variants base,ttt-mc,ttt] [--episodes 1] [--chunk 3] [--K 100] [--N 100] [--lr 3e-4] [--breakdown]
-        [--out benchmarks/results/ttt/episode_speed.json]
+        [--buckets 1] [--out benchmarks/results/ttt/episode_speed.json]
 
 For each variant both drivers run the same (seed, task, episode) grid (seeds x 5 tasks x `--episodes`) one
 after the other in this process: `compiled` (whole episodes as one program per batch of `--chunk` episodes,
@@ -12,6 +12,10 @@ same batches, with the same jitted round and action functions). Wall time includ
 reported separately (the first batch's extra time over the mean of the others), with the episodes/s of the
 batches after the first. Success must agree. Episode length: the environment's own (pointmaze and antmaze 1000,
 cube-single 200).
+
+`--buckets 1,0`: the compiled GC-TTT rows once per `TTTConfig.bucket` (live episodes adapted together each round; 0:
+the whole batch, as the host driver's one vmapped `adapt` call does), each beside the same host run; the row's
+`compiled` entry is the first bucket's, the others are `compiled_bucket_B`.
 
 `--breakdown` (ant mazes and cube-single, whose compiled env counts the seconds its host callbacks take): where a
 compiled episode's time goes, per episode, from the batches after the first: `env` (the C MuJoCo callbacks,
@@ -109,6 +113,8 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--dir", default=None, help="dataset directory (default: OGBench's)")
     ap.add_argument("--breakdown", action="store_true", help="where a compiled GC-TTT episode's time goes")
+    ap.add_argument("--buckets", default="1", help="comma-separated TTTConfig.bucket values for the compiled GC-TTT "
+                    "rows (0: the whole batch); the first is the row's `compiled` entry")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/ttt/episode_speed.json"))
     args = ap.parse_args()
     meta = read_meta(args.ckpt)
@@ -118,11 +124,14 @@ def main() -> int:
     cfg, sampler = backbone_config(meta), sampler_config(meta)
     max_steps = max_episode_steps(spec.env_id)
 
-    def make(variant, N):
+    buckets = [int(b) or None for b in args.buckets.split(",")]
+
+    def make(variant, N, bucket=buckets[0]):
         if variant == "base":
             return EvalSetup(meta["backbone"], cfg, sampler, spec, None, max_steps)
         mode = "critic" if variant == "ttt" else "mc"
-        ttt = TTTConfig(K=args.K, select=SelectConfig(mode=mode), finetune=FinetuneConfig(steps=N, lr=args.lr))
+        ttt = TTTConfig(K=args.K, select=SelectConfig(mode=mode), finetune=FinetuneConfig(steps=N, lr=args.lr),
+                        bucket=bucket)  # fmt: skip
         return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps)
 
     rows = []
@@ -133,6 +142,13 @@ def main() -> int:
         for driver in ("compiled", "host"):
             results[driver], out[driver] = run(setup, states.agent, data, driver, args.episodes, args.chunk)
             print(variant, driver, json.dumps(out[driver]), flush=True)
+        for bucket in buckets[1:] if variant != "base" else []:
+            name = f"compiled_bucket_{bucket or 0}"
+            results[name], out[name] = run(make(variant, args.N, bucket), states.agent, data, "compiled",
+                                           args.episodes, args.chunk)  # fmt: skip
+            out[name]["ratio_to_host"] = out[name]["episodes_per_s"] / out["host"]["episodes_per_s"]
+            out[name]["same_success_as_compiled"] = bool((results[name].success == results["compiled"].success).all())
+            print(variant, name, json.dumps(out[name]), flush=True)
         same = bool((results["compiled"].success == results["host"].success).all())
         ratio = out["compiled"]["episodes_per_s"] / out["host"]["episodes_per_s"]
         a, b = out["compiled"]["episodes_per_s_after_compile"], out["host"]["episodes_per_s_after_compile"]
@@ -155,6 +171,7 @@ def main() -> int:
         N=args.N,
         lr=args.lr,
         chunk=args.chunk,
+        buckets=[b or 0 for b in buckets],
         max_steps=max_steps,
         device=str(jax.devices()[0]),
         cpus=len(os.sched_getaffinity(0)),

@@ -56,7 +56,7 @@ from ttt.errors import TttError
     default=1,
     show_default=True,
     help="Episodes of a compiled call fine-tuned together each round: 1 suits a CPU; 0, the whole call at once, "
-    "fills a GPU. Speed only: results do not depend on it.",
+    "fills a GPU. Speed only: results do not depend on it beyond float rounding.",
 )
 @click.option(
     "--rule",
