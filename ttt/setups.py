@@ -91,7 +91,8 @@ def make_setup(
       'l2'); the GC-TTT settings above are then ignored, as for 'base'; variant 'ttt+ttgs' takes both: variant
       'ttt' (the critic) whose selection and fine-tuning aim, each round, at TTGS's subgoal at the round's start;
     - `bucket`: how many of a batch's live episodes fine-tune together each round (`TTTConfig.bucket`: 1, suited
-      to a CPU; None: the whole batch at once, which fills a GPU); speed only, the results do not depend on it beyond float rounding;
+      to a CPU; None: the whole batch at once, which fills a GPU); speed only, the results do not depend on it
+      beyond float rounding;
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
