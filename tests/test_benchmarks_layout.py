@@ -124,3 +124,6 @@ def test_test_time_methods_verdicts_by_hand():
     pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in lines[2:]]
     # base and TTGS against every GC-TTT row; GC-TTT rows are not paired across alphas
     assert pairs == [("b", "g"), ("b", "t"), ("b", "ta"), ("g", "t"), ("g", "ta")]
+    zero = _record("z", "ttt", [[[0, 0]], [[0, 0]], [[0, 0]]])  # no spread on either side: p undefined, printed '-'
+    line = ttm.verdict_table([_record("b0", "base", [[[0, 0]], [[0, 0]], [[0, 0]]]), zero])[2]
+    assert "| - / - | no difference |" in line

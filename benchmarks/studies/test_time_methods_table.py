@@ -34,6 +34,11 @@ PAIRS = (("base", "ttgs"), ("base", "ttt-mc"), ("base", "ttt"), ("base", "ttt+tt
          ("ttgs", "ttt"), ("ttgs", "ttt+ttgs"), ("ttt", "ttt+ttgs"))  # fmt: skip
 
 
+def _p(p: float) -> str:
+    """A Welch p as printed: '-' where it is undefined (both rows without spread, e.g. every episode failed)."""
+    return "-" if math.isnan(p) else f"{p:.3f}"
+
+
 def _alpha(r: dict):
     return r["run"].get("ft_alpha")
 
@@ -52,7 +57,7 @@ def rows_table(records: list[dict]) -> list[str]:
         base = bases.get(r["checkpoint"])
         p = "-"
         if base is not None and base is not r:
-            p = f"{welch(np.asarray(r['per_seed']), np.asarray(base['per_seed']))[1]:.3f}"
+            p = _p(welch(np.asarray(r['per_seed']), np.asarray(base['per_seed']))[1])
         rounds = r.get("rounds") or {}
         ttgs = ["-", "-", "-"]
         if "ttgs_goal_frac" in rounds:
@@ -102,7 +107,7 @@ def verdict_table(records: list[dict]) -> list[str]:
                     where = f"{run['agent']}, {run['dataset'].removesuffix('-v0')}, {a['checkpoint_step'] // 1000}k"
                     out.append(f"| {where} | {a['run']['name']} | {b['run']['name']} | {a['mean']:.2f} +- "
                                f"{a['se']:.2f} | {b['mean']:.2f} +- {b['se']:.2f} | {c['diff']:+.2f} ({c['se']:.2f}) "
-                               f"| {c['p_seeds']:.3f} / {c['p_eps']:.3f} | {c['verdict']} |")  # fmt: skip
+                               f"| {_p(c['p_seeds'])} / {_p(c['p_eps'])} | {c['verdict']} |")  # fmt: skip
     return out
 
 
