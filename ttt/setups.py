@@ -104,10 +104,9 @@ def make_setup(
     if variant == "base":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms)
 
+    graph = ttgs_config(backbone, cfg, ttgs, label, spec.name) if variant in ("ttgs", "ttt+ttgs") else None
     if variant == "ttgs":
-        return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms,
-                         ttgs_config(backbone, cfg, ttgs, label, getattr(spec, "name", None)))  # fmt: skip
-    graph = ttgs_config(backbone, cfg, ttgs, label, getattr(spec, "name", None)) if variant == "ttt+ttgs" else None
+        return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms, graph)
     variant = "ttt" if variant == "ttt+ttgs" else variant  # its GC-TTT part is variant ttt's
 
     if bucket is not None and not (isinstance(bucket, int) and not isinstance(bucket, bool) and bucket >= 1):

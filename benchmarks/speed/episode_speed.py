@@ -124,7 +124,9 @@ def main() -> int:
     cfg, sampler = backbone_config(meta), sampler_config(meta)
     max_steps = max_episode_steps(spec.env_id)
 
-    buckets = [int(b) or None for b in args.buckets.split(",")]
+    buckets = [int(b) or None if b.strip().isdigit() else -1 for b in args.buckets.split(",")]
+    if -1 in buckets:
+        raise SystemExit(f"--buckets takes comma-separated ints >= 0 (0: the whole batch), got {args.buckets!r}")
 
     def make(variant, N, bucket=buckets[0]):
         if variant == "base":
