@@ -95,6 +95,19 @@ def test_table1_fills_the_front_page_block(tmp_path):
     assert page.read_text().split("<!-- table1 -->")[0] == FRONT.read_text().split("<!-- table1 -->")[0]
 
 
+def test_table1_cells_name_a_different_episode_count():
+    """A Table 1 cell whose record holds another number of episodes than its row says so; the row's own do not."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import table1
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    rec = {"per_seed": np.array([0.2, 0.4, 0.6]), "n": 30}  # mean 0.4, s.e. 0.2 / sqrt(3) = 0.115
+    assert table1._pm(rec, 30) == "0.40 +- 0.12" and table1._pm(rec) == "0.40 +- 0.12"
+    assert table1._pm(rec, 150) == "0.40 +- 0.12 (30 ep.)"
+    assert table1._pm(None, 150) == "not run yet"
+
+
 def _record(name: str, variant: str, success: list, alpha=None) -> dict:
     s = np.asarray(success, float)  # (seeds, tasks, episodes)
     per_seed = s.reshape(s.shape[0], -1).mean(1)

@@ -89,11 +89,14 @@ def lines() -> list[Line]:
     return out
 
 
-def _pm(x: dict | None) -> str:
+def _pm(x: dict | None, n: int | None = None) -> str:
+    """``mean +- s.e.`` over seeds; ``(K ep.)`` added when the record holds another number of episodes than the row's
+    ``n`` (e.g. a 30-episode screen beside a 150-episode pair), so no cell passes for a figure it is not."""
     if x is None:
         return "not run yet"
     s = x["per_seed"]
-    return f"{s.mean():.2f} +- {s.std(ddof=1) / math.sqrt(len(s)):.2f}"
+    own = f" ({x['n']} ep.)" if n is not None and x["n"] != n else ""
+    return f"{s.mean():.2f} +- {s.std(ddof=1) / math.sqrt(len(s)):.2f}{own}"
 
 
 def _se(x: dict) -> float:
@@ -148,12 +151,12 @@ def table() -> str:
         free = load(ln.free) if ln.free is not None else None
         n = critic["n"] if critic is not None else (base["n"] if base is not None else None)
         pb, pbs, pc, pcs = ln.paper
-        free_cell = "-" if ln.free is None else _pm(free)
+        free_cell = "-" if ln.free is None else _pm(free, n)
         note = f" ({ln.note})" if ln.note and critic is not None else ""
         steps = {x["step"] for x in (base, critic, free) if x is not None and x.get("step")}
         updates = ", ".join(f"{k // 1000}k" for k in sorted(steps)) or ln.updates
         rows.append(
-            f"| {ln.env} | {ln.data} | {ln.backbone} | {updates} | {n if n is not None else '-'} | {_pm(base)} | "
+            f"| {ln.env} | {ln.data} | {ln.backbone} | {updates} | {n if n is not None else '-'} | {_pm(base, n)} | "
             f"{free_cell} | {_pm(critic)}{note} | {pb:.2f} +- {pbs:.2f} → {pc:.2f} +- {pcs:.2f} | "
             f"{published(ln.published)} | {verdict(ln, base, critic)} |"
         )
