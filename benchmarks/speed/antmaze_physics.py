@@ -41,6 +41,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=200, help="(--runner) environment steps timed")
     p.add_argument("--out", default="benchmarks/results/speed/antmaze_physics.json")
     args = p.parse_args()
+    if args.runner < 0 or args.steps < 1:
+        p.error(f"--runner must be >= 0 (got {args.runner}) and --steps >= 1 (got {args.steps})")
     if args.runner:
         return runner(args)
     from mujoco import mjx
