@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from helpers import run
 
@@ -77,6 +78,9 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     assert (out / "plots" / "bars-main.png").stat().st_size > 1000
     assert (out / "plots" / "selection-mc.png").stat().st_size > 1000
     assert "equal to what the episode recorded" in report  # the figure's selections are the episode's own
+    traj = np.load(out / "trajectories" / "critic.npz")  # xy paths and each episode's last observation
+    assert traj["xy"].shape[:3] == traj["final_obs"].shape[:3] == (2, 2, 1)  # seeds, tasks, episodes
+    np.testing.assert_allclose(traj["final_obs"][..., :2], traj["xy"][..., -1, :], rtol=1e-3, atol=1e-3)
 
     # Everything cached: a rerun trains and evaluates nothing and gives the same results.
     ckpts = list((cache / "ckpt").rglob("state-*.eqx"))

@@ -272,8 +272,9 @@ def evaluate_run(
                 )
                 arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
                 arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
-                if setup.spec.is_maze:  # trajectories for plots (xy, float16)
+                if setup.spec.is_maze:  # trajectories for plots (xy, float16) and each episode's last observation
                     arrays["xy"] = res.observations[..., :2].astype(np.float16)
+                    arrays["final_obs"] = res.observations[..., -1, :]
                     arrays["start_xy"] = res.starts[..., :2]
                     arrays["goal_xy"] = res.goals[..., :2]
                 atomic_save_npz(f, arrays, compress=False)
@@ -312,6 +313,8 @@ def evaluate_run(
     if "xy" in per_task[0]:
         trajectories = dict(xy=cat("xy"), start=cat("start_xy"), goal=cat("goal_xy"), success=success,
                             steps=cat("steps"))  # fmt: skip
+        if all("final_obs" in p for p in per_task):  # parts written before it was kept have none
+            trajectories["final_obs"] = cat("final_obs")
         atomic_save_npz(out / "trajectories" / f"{plan.name}.npz", trajectories, compress=False)
     atomic_write_text(record_path, dumps(record))
     if shared is not None:

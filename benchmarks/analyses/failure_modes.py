@@ -1,0 +1,166 @@
+"""How maze episodes fail: where each one ended, how close it came, and whether it was still moving (issue 37).
+
+Reads the xy path of every episode of pipeline rows from the per-task parts the run kept where it ran
+(`OUT/evals/.partial-KEY/taskT.npz`, KEY the record's `eval_key`; they are not committed) and measures, with the
+maze's shortest-path distance through the free cells (`ttt.envs.oracle`, at cell resolution; an ant maze uses the
+point maze of the same layout, which has the same cells, unit and offset):
+
+- `start` / `final` / `closest`: path distance to the goal at the start, at the end, and the least along the way;
+- `stalled`: a failed episode whose last `--window` steps stayed within `--radius` of where it ended (stuck against a
+  wall, or an ant on its back), against `moving` (still going when the step limit came); on an ant maze, where the
+  parts hold each episode's last observation (`final_obs`, kept by runs since 26 Nov 2026), whether the stalled ant
+  ended on its back (`(?)` in the table where the parts predate it);
+- per row: success, the failures' classes (`stalled_far`: stalled more than one maze cell from the goal,
+  `stalled_near`: within one cell, `moving`), and the mean path distance the failures ended at and came within.
+
+    python benchmarks/analyses/failure_modes.py --results benchmarks/results/table1 \
+        --rows gcbc-base-navigate,gcbc-ttt-navigate [--out FILE.json]
+
+Rows are compared on their common (seed, task, episode) grid (paired episodes); the first row is the reference for
+`closer`: the mean over episodes both rows failed of how much closer (path distance at the end) this row ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+from _maze import write_doc
+
+
+def oracle_for(dataset: str):
+    """The maze oracle of a dataset's maze: `antmaze-medium-navigate-v0` -> the `pointmaze-medium-v0` layout."""
+    from ttt.envs.oracle import maze_oracle
+
+    m = re.match(r"^(?:point|ant)maze-(medium|large|giant)-", dataset)
+    if m is None:
+        raise ValueError(f"no maze oracle for {dataset!r}: point or ant mazes medium / large / giant only")
+    return maze_oracle(f"pointmaze-{m.group(1)}-v0")
+
+
+def load_row(results: Path, name: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """A row's record (the newest `evals/NAME-KEY.json`, by time written) and its episodes' arrays, the tasks
+    concatenated on axis 1."""
+    found = sorted((results / "evals").glob(f"{name}-*.json"), key=lambda p: p.stat().st_mtime)
+    found = [p for p in found if p.stem[len(name) + 1 :].isalnum()]
+    if not found:
+        raise ValueError(f"no record evals/{name}-KEY.json under {results}")
+    record = json.loads(found[-1].read_text())
+    part = results / "evals" / f".partial-{record['eval_key']}"
+    files = sorted(part.glob("task*.npz"), key=lambda p: int(p.stem[4:]))
+    if not files:
+        raise ValueError(f"{name}: no per-task parts in {part} (they stay only where the run ran)")
+    parts = [np.load(f) for f in files]
+    keys = ("success", "xy", "goal_xy") + (("final_obs",) if all("final_obs" in p for p in parts) else ())
+    arrays = {k: np.concatenate([p[k] for p in parts], axis=1).astype(np.float32) for k in keys}
+    return record, arrays
+
+
+def upside_down(final_obs: np.ndarray) -> np.ndarray:
+    """An ant on its back at the end: OGBench's ant observation holds the torso quaternion (w, x, y, z) at 3:7; the
+    torso's up axis points down when its z component, 1 - 2 (x^2 + y^2), is negative."""
+    x, y = final_obs[..., 4], final_obs[..., 5]
+    return 1.0 - 2.0 * (x**2 + y**2) < 0.0
+
+
+def episode_measures(oracle, xy: np.ndarray, goal_xy: np.ndarray, window: int, radius: float) -> dict:
+    """Per-episode path distances (start, final, closest) and whether the end was a stall, for (..., T, 2) paths."""
+    import jax.numpy as jnp
+
+    flat, goals = xy.reshape(-1, *xy.shape[-2:]), goal_xy.reshape(-1, 2)
+    geo = lambda p, g: np.asarray(oracle.geodesic(jnp.asarray(p), jnp.asarray(g)))  # noqa: E731
+    dist = np.stack([geo(p, g) for p, g in zip(flat, goals, strict=True)])
+    dist = np.where(dist >= 1e8, np.nan, dist)  # a point inside a wall cell (the ant's centre can graze one)
+    last = flat[:, -window:]
+    spread = np.linalg.norm(last - flat[:, -1:], axis=-1).max(axis=-1)
+    shape = xy.shape[:-2]
+    return dict(
+        start=dist[:, 0].reshape(shape),
+        final=dist[:, -1].reshape(shape),
+        closest=np.nanmin(dist, axis=-1).reshape(shape),
+        stalled=(spread < radius).reshape(shape),
+    )
+
+
+def summarise(success: np.ndarray, m: dict, cell: float) -> dict:
+    fail = success < 0.5
+    n = success.size
+    far = fail & m["stalled"] & (m["final"] > cell)
+    out = dict(
+        episodes=int(n),
+        success=float(success.mean()),
+        stalled_far=float(far.sum() / n),
+        stalled_near=float((fail & m["stalled"] & ~(m["final"] > cell)).sum() / n),
+        moving=float((fail & ~m["stalled"]).sum() / n),
+    )
+    if "flipped" in m:  # of the stalled failures, those that ended with the ant on its back
+        out["stalled_flipped"] = float((fail & m["stalled"] & m["flipped"]).sum() / n)
+    if fail.any():
+        out["fail_final"] = float(np.nanmean(m["final"][fail]))
+        out["fail_closest"] = float(np.nanmean(m["closest"][fail]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", type=Path, required=True, help="a pipeline's --out folder")
+    ap.add_argument("--rows", required=True, help="comma-separated run names; the first is the reference")
+    ap.add_argument("--window", type=int, default=200, help="steps at the end a stall is judged over")
+    ap.add_argument("--radius", type=float, default=1.0, help="a stall stays within this distance of its end")
+    ap.add_argument("--out", type=Path, default=None)
+    a = ap.parse_args(argv)
+    names = [r for r in a.rows.split(",") if r]
+    if a.window < 1 or a.radius <= 0 or not names:
+        print("failure_modes: --window must be >= 1, --radius > 0, --rows at least one name", file=sys.stderr)
+        return 2
+    try:
+        rows = {n: load_row(a.results, n) for n in names}
+        oracle = oracle_for(rows[names[0]][0]["run"]["dataset"])
+    except (ValueError, KeyError, OSError) as e:
+        print(f"failure_modes: {e}", file=sys.stderr)
+        return 2
+    # the paired grid: the smallest (seeds, tasks, episodes) all rows share
+    grid = tuple(min(r[1]["success"].shape[i] for r in rows.values()) for i in range(3))
+    cut = lambda x: x[: grid[0], : grid[1], : grid[2]]  # noqa: E731
+    measured = {}
+    for n, (_, arr) in rows.items():
+        m = episode_measures(oracle, cut(arr["xy"]), cut(arr["goal_xy"]), a.window, a.radius)
+        if "final_obs" in arr and rows[n][0]["run"]["dataset"].startswith("antmaze-"):
+            m["flipped"] = upside_down(cut(arr["final_obs"]))
+        measured[n] = (cut(arr["success"]), m)
+    ref_s, ref_m = measured[names[0]]
+    doc = dict(results=str(a.results), grid=list(grid), window=a.window, radius=a.radius, cell=oracle.unit, rows={})
+    print(
+        f"| row | episodes | success | stalled > 1 cell (on its back) | stalled <= 1 cell | moving | "
+        f"failures end at | failures come within | closer than {names[0]} (both failed) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in names:
+        s, m = measured[n]
+        row = summarise(s, m, oracle.unit)
+        both = (s < 0.5) & (ref_s < 0.5)
+        if n != names[0] and both.any():
+            d = ref_m["final"][both] - m["final"][both]
+            d = d[np.isfinite(d)]
+            row["closer"] = float(d.mean())
+            row["closer_se"] = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+            row["both_failed"] = int(both.sum())
+        doc["rows"][n] = row
+        closer = f"{row['closer']:+.2f} +- {row['closer_se']:.2f} ({row['both_failed']})" if "closer" in row else "-"
+        back = f" ({row['stalled_flipped']:.2f})" if "stalled_flipped" in row else " (?)"
+        print(
+            f"| {n} | {row['episodes']} | {row['success']:.2f} | {row['stalled_far']:.2f}{back} | "
+            f"{row['stalled_near']:.2f} | {row['moving']:.2f} | {row.get('fail_final', float('nan')):.1f} | "
+            f"{row.get('fail_closest', float('nan')):.1f} | {closer} |"
+        )
+    if a.out is not None:
+        write_doc(a.out, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
