@@ -4,6 +4,7 @@ link of the front page reaches a heading, and `studies/table1.py --write` fills 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shutil
@@ -140,3 +141,25 @@ def test_test_time_methods_verdicts_by_hand():
     zero = _record("z", "ttt", [[[0, 0]], [[0, 0]], [[0, 0]]])  # no spread on either side: p undefined, printed '-'
     line = ttm.verdict_table([_record("b0", "base", [[[0, 0]], [[0, 0]], [[0, 0]]]), zero])[2]
     assert "| - / - | no difference |" in line
+
+
+def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_path, monkeypatch):
+    """`claims.load` takes the record with the most episodes; asked for `n`, the one of exactly `n` episodes where one
+    exists (so Table 1 compares a 30-episode screen with the base's 30, not its 150), else still the largest."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import claims
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    evals = tmp_path / "t" / "evals"
+    evals.mkdir(parents=True)
+    for key, episodes in (("aaaaaaaaaaaa", 2), ("bbbbbbbbbbbb", 10)):
+        success = np.zeros((3, 5, episodes))
+        success[0, 0, 0] = 1  # one success: 1 / 30 or 1 / 150
+        (evals / f"row-{key}.json").write_text(json.dumps({"n_episodes": success.size, "success": success.tolist()}))
+    monkeypatch.setattr(claims, "RES", tmp_path)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    row = claims.Row("t/evals/row")
+    assert claims.load(row)["n"] == 150 and claims.load(row, 60)["n"] == 150
+    paired = claims.load(row, 30)
+    assert paired["n"] == 30 and paired["shape"] == "3x5x2" and paired["per_seed"][0] == 0.1

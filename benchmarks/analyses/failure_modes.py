@@ -6,12 +6,13 @@ maze's shortest-path distance through the free cells (`ttt.envs.oracle`, at cell
 point maze of the same layout, which has the same cells, unit and offset):
 
 - `start` / `final` / `closest`: path distance to the goal at the start, at the end, and the least along the way;
-- `stalled`: a failed episode whose last `--window` steps stayed within `--radius` of where it ended (stuck against a
-  wall, or an ant on its back), against `moving` (still going when the step limit came); on an ant maze, where the
-  parts hold each episode's last observation (`final_obs`, kept by runs since 26 Nov 2026), whether the stalled ant
-  ended on its back (`(?)` in the table where the parts predate it);
-- per row: success, the failures' classes (`stalled_far`: stalled more than one maze cell from the goal,
-  `stalled_near`: within one cell, `moving`), and the mean path distance the failures ended at and came within.
+- `on_its_back` (ant mazes): a failed episode that ended with the ant on its back, read from each episode's last
+  observation (`final_obs`, which the parts hold for runs since 26 Nov 2026; `?` in the table where they predate it,
+  and `--rerun BASE_ROWS` reruns such base rows from their checkpoints to read it);
+- the other failures: `stalled` (the last `--window` steps stayed within `--radius` of where the episode ended:
+  stuck) more than one maze cell from the goal (`stalled_far`) or within one (`stalled_near`), or `moving` (still
+  going when the step limit came);
+- per row: these as fractions of all episodes, and the mean path distance the failures ended at and came within.
 
     python benchmarks/analyses/failure_modes.py --results benchmarks/results/table1 \
         --rows gcbc-base-navigate,gcbc-ttt-navigate [--out FILE.json]
@@ -60,6 +61,25 @@ def load_row(results: Path, name: str) -> tuple[dict, dict[str, np.ndarray]]:
     return record, arrays
 
 
+def rerun_final_obs(record: dict) -> np.ndarray:
+    """Each episode's last observation, for a base row whose parts predate `final_obs`: its episodes again from its
+    checkpoint, as the pipeline ran them (one `evaluate` call per task, the record's eval seed and chunk; a base
+    episode is deterministic, and the success must match the record's, which is checked)."""
+    import ttt
+    from ttt.evaluate import evaluate
+
+    run = record["run"]
+    if run["variant"] != "base":
+        raise ValueError(f"--rerun: {run['name']} is a {run['variant']} row; only base rows are rerun (cheap)")
+    setup, agents, data, env = ttt.load_run(record["checkpoint"], run["data_dir"], variant="base")
+    res = [evaluate(setup, agents, data, episodes=run["episodes"], tasks=(t,), seed=run["eval_seed"], env=env,
+                    batch_size=run["chunk"]) for t in run["tasks"]]  # fmt: skip
+    success = np.concatenate([r.success for r in res], axis=1)
+    if not np.array_equal(success, np.asarray(record["success"], success.dtype)):
+        raise ValueError(f"--rerun: {run['name']}'s episodes did not come out as recorded (another machine?)")
+    return np.concatenate([r.observations[..., -1, :] for r in res], axis=1)
+
+
 def upside_down(final_obs: np.ndarray) -> np.ndarray:
     """An ant on its back at the end: OGBench's ant observation holds the torso quaternion (w, x, y, z) at 3:7; the
     torso's up axis points down when its z component, 1 - 2 (x^2 + y^2), is negative."""
@@ -87,18 +107,21 @@ def episode_measures(oracle, xy: np.ndarray, goal_xy: np.ndarray, window: int, r
 
 
 def summarise(success: np.ndarray, m: dict, cell: float) -> dict:
+    """Fractions of all episodes: success, and the failures by class; `on_its_back` (an ant that ended on its back,
+    where known) comes first and the other classes exclude it."""
     fail = success < 0.5
     n = success.size
-    far = fail & m["stalled"] & (m["final"] > cell)
-    out = dict(
-        episodes=int(n),
-        success=float(success.mean()),
-        stalled_far=float(far.sum() / n),
-        stalled_near=float((fail & m["stalled"] & ~(m["final"] > cell)).sum() / n),
+    out = dict(episodes=int(n), success=float(success.mean()))
+    if "flipped" in m:
+        out["on_its_back"] = float((fail & m["flipped"]).sum() / n)
+        fail = fail & ~m["flipped"]
+    far = m["final"] > cell
+    out.update(
+        stalled_far=float((fail & m["stalled"] & far).sum() / n),
+        stalled_near=float((fail & m["stalled"] & ~far).sum() / n),
         moving=float((fail & ~m["stalled"]).sum() / n),
     )
-    if "flipped" in m:  # of the stalled failures, those that ended with the ant on its back
-        out["stalled_flipped"] = float((fail & m["stalled"] & m["flipped"]).sum() / n)
+    fail = success < 0.5
     if fail.any():
         out["fail_final"] = float(np.nanmean(m["final"][fail]))
         out["fail_closest"] = float(np.nanmean(m["closest"][fail]))
@@ -111,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", required=True, help="comma-separated run names; the first is the reference")
     ap.add_argument("--window", type=int, default=200, help="steps at the end a stall is judged over")
     ap.add_argument("--radius", type=float, default=1.0, help="a stall stays within this distance of its end")
+    ap.add_argument("--rerun", default="", help="comma-separated base rows whose parts predate final_obs: rerun them")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     names = [r for r in a.rows.split(",") if r]
@@ -119,6 +143,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         rows = {n: load_row(a.results, n) for n in names}
+        for n in (r for r in a.rerun.split(",") if r):
+            if n not in rows:
+                raise ValueError(f"--rerun {n}: not one of --rows")
+            if "final_obs" not in rows[n][1]:
+                rows[n][1]["final_obs"] = rerun_final_obs(rows[n][0])
         oracle = oracle_for(rows[names[0]][0]["run"]["dataset"])
     except (ValueError, KeyError, OSError) as e:
         print(f"failure_modes: {e}", file=sys.stderr)
@@ -135,10 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     ref_s, ref_m = measured[names[0]]
     doc = dict(results=str(a.results), grid=list(grid), window=a.window, radius=a.radius, cell=oracle.unit, rows={})
     print(
-        f"| row | episodes | success | stalled > 1 cell (on its back) | stalled <= 1 cell | moving | "
+        f"| row | episodes | success | on its back | stalled > 1 cell | stalled <= 1 cell | moving | "
         f"failures end at | failures come within | closer than {names[0]} (both failed) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for n in names:
         s, m = measured[n]
         row = summarise(s, m, oracle.unit)
@@ -151,9 +180,9 @@ def main(argv: list[str] | None = None) -> int:
             row["both_failed"] = int(both.sum())
         doc["rows"][n] = row
         closer = f"{row['closer']:+.2f} +- {row['closer_se']:.2f} ({row['both_failed']})" if "closer" in row else "-"
-        back = f" ({row['stalled_flipped']:.2f})" if "stalled_flipped" in row else " (?)"
+        back = f"{row['on_its_back']:.2f}" if "on_its_back" in row else "?"
         print(
-            f"| {n} | {row['episodes']} | {row['success']:.2f} | {row['stalled_far']:.2f}{back} | "
+            f"| {n} | {row['episodes']} | {row['success']:.2f} | {back} | {row['stalled_far']:.2f} | "
             f"{row['stalled_near']:.2f} | {row['moving']:.2f} | {row.get('fail_final', float('nan')):.1f} | "
             f"{row.get('fail_closest', float('nan')):.1f} | {closer} |"
         )

@@ -52,13 +52,14 @@ class Claim:
     why: str = ""  # why ours differs, when it is not reproduced (hand-written, from the evidence in RESULTS.md)
 
 
-def load(row: Row) -> dict | None:
+def load(row: Row, n: int | None = None) -> dict | None:
+    """The row's record: the one with the most episodes, then the newest (a 150-episode row over an earlier 30-episode
+    screen); with `n`, a record of exactly `n` episodes where one exists (to pair it with another row's screen)."""
     pattern = row.glob if row.glob.endswith(".json") else row.glob + "-" + "?" * 12 + ".json"  # NAME-KEY.json
     found = [(json.loads(p.read_text()), p.stat().st_mtime, p) for p in RES.glob(pattern)]
     if not found:
         return None
-    # The record with the most episodes, then the newest (a 150-episode row over an earlier 30-episode screen).
-    d, _, path = max(found, key=lambda dm: (dm[0].get("n_episodes", 0), dm[1]))
+    d, _, path = max(found, key=lambda dm: (dm[0].get("n_episodes", 0) == n, dm[0].get("n_episodes", 0), dm[1]))
     if "variants" in d:
         d = d["variants"][row.variant]
     s = np.asarray(d["success"], float)  # (seeds, tasks, episodes)

@@ -147,7 +147,8 @@ def table() -> str:
             "published code on our data | verdict |")
     rows = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for ln in lines():
-        base, critic = load(ln.base), load(ln.critic)
+        critic = load(ln.critic)
+        base = load(ln.base, critic["n"] if critic is not None else None)  # paired with the critic's episodes
         free = load(ln.free) if ln.free is not None else None
         n = critic["n"] if critic is not None else (base["n"] if base is not None else None)
         pb, pbs, pc, pcs = ln.paper
@@ -167,8 +168,10 @@ def commands() -> str:
     """Each line's records and the commands that wrote them (as `claims.py` reconstructs them)."""
     out = []
     for ln in lines():
+        critic = load(ln.critic)
+        n = critic["n"] if critic is not None else None
         for what, row in (("base", ln.base), ("critic-free", ln.free), ("critic", ln.critic)):
-            x = load(row) if row is not None else None
+            x = load(row, n if what == "base" else None) if row is not None else None  # the base the verdict pairs
             if x is not None:
                 out.append(f"- {ln.env} {ln.data} {ln.backbone} {what} ({x['shape']}): {x['command']}")
     return "\n".join(out)
