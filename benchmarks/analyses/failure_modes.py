@@ -80,6 +80,17 @@ def rerun_final_obs(record: dict) -> np.ndarray:
     return np.concatenate([r.observations[..., -1, :] for r in res], axis=1)
 
 
+def data_upside_down(dataset: str) -> dict:
+    """How often an ant dataset's own rows, and its episodes' last rows, have the torso upside down (the file in
+    OGBench's data directory, as `ttt data generate` wrote it)."""
+    from ttt.data.files import default_dir, read_npz
+
+    raw = read_npz(default_dir() / f"{dataset}.npz")
+    back, ends = upside_down(raw["observations"]), np.asarray(raw["terminals"]) > 0
+    return dict(dataset=dataset, rows=float(back.mean()), episodes=int(ends.sum()),
+                episode_ends=float(back[ends].mean()))  # fmt: skip
+
+
 def upside_down(final_obs: np.ndarray) -> np.ndarray:
     """An ant on its back at the end: OGBench's ant observation holds the torso quaternion (w, x, y, z) at 3:7; the
     torso's up axis points down when its z component, 1 - 2 (x^2 + y^2), is negative."""
@@ -163,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         measured[n] = (cut(arr["success"]), m)
     ref_s, ref_m = measured[names[0]]
     doc = dict(results=str(a.results), grid=list(grid), window=a.window, radius=a.radius, cell=oracle.unit, rows={})
+    dataset = rows[names[0]][0]["run"]["dataset"]
+    if dataset.startswith("antmaze-"):
+        doc["data"] = data_upside_down(dataset)
+        print(
+            f"{dataset}: {doc['data']['rows']:.1%} of the rows and {doc['data']['episode_ends']:.1%} of the "
+            f"{doc['data']['episodes']} episodes' last rows have the ant on its back"
+        )
     print(
         f"| row | episodes | success | on its back | stalled > 1 cell | stalled <= 1 cell | moving | "
         f"failures end at | failures come within | closer than {names[0]} (both failed) |"
