@@ -32,6 +32,9 @@ from pathlib import Path
 import numpy as np
 from _maze import write_doc
 
+from ttt.data.files import default_dir
+from ttt.envs.gym import upside_down
+
 
 def oracle_for(dataset: str):
     """The maze oracle of a dataset's maze: `antmaze-medium-navigate-v0` -> the `pointmaze-medium-v0` layout."""
@@ -78,24 +81,6 @@ def rerun_final_obs(record: dict) -> np.ndarray:
     if not np.array_equal(success, np.asarray(record["success"], success.dtype)):
         raise ValueError(f"--rerun: {run['name']}'s episodes did not come out as recorded (another machine?)")
     return np.concatenate([r.observations[..., -1, :] for r in res], axis=1)
-
-
-def data_upside_down(dataset: str) -> dict:
-    """How often an ant dataset's own rows, and its episodes' last rows, have the torso upside down (the file in
-    OGBench's data directory, as `ttt data generate` wrote it)."""
-    from ttt.data.files import default_dir, read_npz
-
-    raw = read_npz(default_dir() / f"{dataset}.npz")
-    back, ends = upside_down(raw["observations"]), np.asarray(raw["terminals"]) > 0
-    return dict(dataset=dataset, rows=float(back.mean()), episodes=int(ends.sum()),
-                episode_ends=float(back[ends].mean()))  # fmt: skip
-
-
-def upside_down(final_obs: np.ndarray) -> np.ndarray:
-    """An ant on its back at the end: OGBench's ant observation holds the torso quaternion (w, x, y, z) at 3:7; the
-    torso's up axis points down when its z component, 1 - 2 (x^2 + y^2), is negative."""
-    x, y = final_obs[..., 4], final_obs[..., 5]
-    return 1.0 - 2.0 * (x**2 + y**2) < 0.0
 
 
 def episode_measures(oracle, xy: np.ndarray, goal_xy: np.ndarray, window: int, radius: float) -> dict:
@@ -170,17 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     for n, (_, arr) in rows.items():
         m = episode_measures(oracle, cut(arr["xy"]), cut(arr["goal_xy"]), a.window, a.radius)
         if "final_obs" in arr and rows[n][0]["run"]["dataset"].startswith("antmaze-"):
-            m["flipped"] = upside_down(cut(arr["final_obs"]))
+            m["flipped"] = upside_down(cut(arr["final_obs"]))  # the ant's observation starts with its qpos
         measured[n] = (cut(arr["success"]), m)
     ref_s, ref_m = measured[names[0]]
     doc = dict(results=str(a.results), grid=list(grid), window=a.window, radius=a.radius, cell=oracle.unit, rows={})
     dataset = rows[names[0]][0]["run"]["dataset"]
-    if dataset.startswith("antmaze-"):
-        doc["data"] = data_upside_down(dataset)
-        print(
-            f"{dataset}: {doc['data']['rows']:.1%} of the rows and {doc['data']['episode_ends']:.1%} of the "
-            f"{doc['data']['episodes']} episodes' last rows have the ant on its back"
-        )
+    sidecar = default_dir() / f"{dataset}.json"  # what `ttt data generate` counted: episodes holding a fallen ant
+    if dataset.startswith("antmaze-") and sidecar.exists():
+        meta = json.loads(sidecar.read_text())
+        doc["data"] = {k: meta[k] for k in ("flipped_episodes", "flipped_rows_fraction") if k in meta}
+        print(f"{dataset}, as generated: {doc['data']}")
     print(
         f"| row | episodes | success | on its back | stalled > 1 cell | stalled <= 1 cell | moving | "
         f"failures end at | failures come within | closer than {names[0]} (both failed) |"

@@ -142,14 +142,20 @@ def verdict(line: Line, base: dict | None, critic: dict | None) -> str:
     return f"{word} ({shown}, {diff:+.2f}; Welch p {p_seed:.2f} seeds / {p_ep:.2f} episodes)"
 
 
+def records(ln: Line) -> tuple[dict | None, dict | None, dict | None]:
+    """A line's base, critic and critic-free records; the base is the one of the critic's episode count where it
+    exists (a 30-episode screen is compared with the base's first 30, not its 150)."""
+    critic = load(ln.critic)
+    base = load(ln.base, critic["n"] if critic is not None else None)
+    return base, critic, load(ln.free) if ln.free is not None else None
+
+
 def table() -> str:
     head = ("| env | data | backbone | updates | episodes | base | critic-free | critic | paper base → critic | "
             "published code on our data | verdict |")
     rows = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for ln in lines():
-        critic = load(ln.critic)
-        base = load(ln.base, critic["n"] if critic is not None else None)  # paired with the critic's episodes
-        free = load(ln.free) if ln.free is not None else None
+        base, critic, free = records(ln)
         n = critic["n"] if critic is not None else (base["n"] if base is not None else None)
         pb, pbs, pc, pcs = ln.paper
         free_cell = "-" if ln.free is None else _pm(free, n)
@@ -168,10 +174,8 @@ def commands() -> str:
     """Each line's records and the commands that wrote them (as `claims.py` reconstructs them)."""
     out = []
     for ln in lines():
-        critic = load(ln.critic)
-        n = critic["n"] if critic is not None else None
-        for what, row in (("base", ln.base), ("critic-free", ln.free), ("critic", ln.critic)):
-            x = load(row, n if what == "base" else None) if row is not None else None  # the base the verdict pairs
+        base, critic, free = records(ln)
+        for what, x in (("base", base), ("critic-free", free), ("critic", critic)):
             if x is not None:
                 out.append(f"- {ln.env} {ln.data} {ln.backbone} {what} ({x['shape']}): {x['command']}")
     return "\n".join(out)
