@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from ttt.pipeline.report import welch
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -141,6 +144,32 @@ def test_test_time_methods_verdicts_by_hand():
     zero = _record("z", "ttt", [[[0, 0]], [[0, 0]], [[0, 0]]])  # no spread on either side: p undefined, printed '-'
     line = ttm.verdict_table([_record("b0", "base", [[[0, 0]], [[0, 0]], [[0, 0]]]), zero])[2]
     assert "| - / - | no difference |" in line
+
+
+def test_test_time_methods_pools_rows_over_training_seeds_by_hand():
+    """Rows run again on other training seeds pool into one row over all seeds, still paired file by file."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import test_time_methods_table as ttm
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    first = [_record("b", "base", [[[0, 0]], [[0, 1]]]), _record("t", "ttt", [[[1, 1]], [[1, 0]]])]
+    second = [_record("b", "base", [[[0, 0, 0, 0]]]), _record("t", "ttt", [[[1, 1, 1, 1]]]),
+              _record("only-here", "ttgs", [[[1, 1, 1, 1]]])]  # fmt: skip
+    for r in second:
+        r["checkpoint"] = "ck2"
+    base, ttt = ttm.pool([first, second])  # "only-here" is not in both files
+    assert base["per_seed"] == [0.0, 0.5, 0.0] and math.isclose(base["mean"], 1 / 6)
+    assert math.isclose(ttt["mean"], 5 / 6) and math.isclose(ttt["se"], np.std([1, 0.5, 1], ddof=1) / 3**0.5)
+    assert ttm._shape(base) == "2x1x2+1x1x4" and base["checkpoint"] == "ck+ck2"
+    c = ttm.compare(base, ttt)  # mean over seeds, not over the 8 episodes (those would give 7/8 - 1/8)
+    assert math.isclose(c["diff"], 5 / 6 - 1 / 6)
+    eps_t, eps_b = np.array([1, 1, 1, 0, 1, 1, 1, 1.0]), np.array([0, 0, 0, 1, 0, 0, 0, 0.0])  # file by file
+    assert math.isclose(c["p_eps"], welch(eps_t, eps_b)[1])
+    lines = ttm.verdict_table([base, ttt])
+    assert len(lines) == 3 and "| b | t |" in lines[2]  # one checkpoint group: the pooled rows pair
+    with pytest.raises(ValueError, match="different episodes"):
+        ttm.compare(base, _record("t1", "ttt", [[[1, 1]], [[1, 0]]]))
 
 
 def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_path, monkeypatch):

@@ -6,6 +6,10 @@ combined variant against each of its parts), with the project's rule.
     python benchmarks/studies/test_time_methods_table.py benchmarks/results/test-time-methods/results.json \
         [--write benchmarks/RESULTS.md]
 
+Given several results.json files (the same rows run on other training seeds, e.g. `--set train_seed=3`), the rows
+whose name is in every file are pooled first: one row over all their seeds (per-seed rates concatenated, mean and
+s.e. over seeds; each file's episodes stay paired across its rows), and the verdicts pair the pooled rows.
+
 The rule (as `benchmarks/studies/claims.py`): B - A over the paired episodes, its standard error sqrt(se_A^2 +
 se_B^2) from the per-seed standard errors, Welch's p over per-seed rates and over per-episode outcomes; a difference
 under two standard errors is "no difference". With `--write`, both tables replace the block between
@@ -43,8 +47,33 @@ def _alpha(r: dict):
     return r["run"].get("ft_alpha")
 
 
+def _shapes(r: dict) -> list:
+    """The success arrays of a row: one, or one per pooled file."""
+    return [np.asarray(x, float) for x in r.get("pooled", [r["success"]])]
+
+
 def _shape(r: dict) -> str:
-    return "x".join(str(k) for k in np.asarray(r["success"]).shape)
+    return "+".join("x".join(str(k) for k in x.shape) for x in _shapes(r))
+
+
+def pool(files: list[list[dict]]) -> list[dict]:
+    """Rows of the same name from runs on different training seeds, as one row over all their seeds.
+
+    Each file's rows share one checkpoint and its episodes; a pooled row keeps each file's success array (`pooled`),
+    so two pooled rows stay paired file by file. Mean and s.e. are over the concatenated per-seed rates."""
+    names = [r["run"]["name"] for r in files[0]]
+    by_name = [{r["run"]["name"]: r for r in recs} for recs in files]
+    out = []
+    for name in names:
+        if not all(name in b for b in by_name):
+            continue
+        parts = [b[name] for b in by_name]
+        per_seed = np.concatenate([np.asarray(r["per_seed"], float) for r in parts])
+        out.append({**parts[0], "checkpoint": "+".join(r["checkpoint"] for r in parts),
+                    "pooled": [r["success"] for r in parts], "success": None, "per_seed": per_seed.tolist(),
+                    "mean": float(per_seed.mean()), "se": float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))),
+                    "wall_s": sum(r["wall_s"] for r in parts)})  # fmt: skip
+    return out
 
 
 def rows_table(records: list[dict]) -> list[str]:
@@ -65,7 +94,7 @@ def rows_table(records: list[dict]) -> list[str]:
                                                                               "ttgs_unreachable")}  # fmt: skip
             ttgs = [f"{np.nanmean(last['ttgs_goal_frac']):.2f}", f"{np.nanmean(last['ttgs_hops']):.1f}",
                     f"{int(np.nansum(last['ttgs_unreachable']))}"]  # fmt: skip
-        n = np.asarray(r["success"]).size
+        n = sum(x.size for x in _shapes(r))
         data = run["dataset"].removesuffix("-v0")
         out.append(f"| {run['name']} | {run['agent']} | {data} | {run['variant']} | {_shape(r)} | {r['mean']:.3f} "
                    f"+- {r['se']:.3f} | {p} | {r['wall_s'] / n:.1f} | " + " | ".join(ttgs) + " |")  # fmt: skip
@@ -74,10 +103,11 @@ def rows_table(records: list[dict]) -> list[str]:
 
 def compare(a: dict, b: dict) -> dict:
     """B - A on the same episodes: difference, its s.e., Welch p over seeds and over episodes, the verdict."""
-    sa, sb = np.asarray(a["success"], float), np.asarray(b["success"], float)
-    if sa.shape != sb.shape:
-        raise ValueError(f"{a['run']['name']} and {b['run']['name']} ran different episodes ({sa.shape} vs {sb.shape})")
-    diff = float(sb.mean() - sa.mean())
+    if _shape(a) != _shape(b):
+        raise ValueError(f"{a['run']['name']} and {b['run']['name']} ran different episodes ({_shape(a)} vs "
+                         f"{_shape(b)})")
+    sa, sb = (np.concatenate([x.reshape(-1) for x in _shapes(r)]) for r in (a, b))
+    diff = float(np.mean(b["per_seed"]) - np.mean(a["per_seed"]))  # = sb.mean() - sa.mean() for one file
     se = math.sqrt((a["se"] or 0.0) ** 2 + (b["se"] or 0.0) ** 2)
     p_seeds = welch(np.asarray(b["per_seed"]), np.asarray(a["per_seed"]))[1]
     p_eps = welch(sb.reshape(-1), sa.reshape(-1))[1]
@@ -113,10 +143,16 @@ def verdict_table(records: list[dict]) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", help="the pipeline's results.json")
+    ap.add_argument("results", nargs="+", help="the pipeline's results.json (several: rows pooled over their seeds)")
     ap.add_argument("--write", default=None, help="a markdown file whose marked block receives the tables")
     a = ap.parse_args()
-    records = json.loads(Path(a.results).read_text())["records"]
+    missing = [f for f in a.results if not Path(f).is_file()]
+    if missing:
+        ap.error(f"no such results file: {', '.join(missing)}")
+    files = [json.loads(Path(f).read_text())["records"] for f in a.results]
+    records = pool(files) if len(files) > 1 else files[0]
+    if not records:
+        ap.error(f"no row name is in every one of {', '.join(a.results)}")
     text = "\n".join([*rows_table(records), "", "Verdicts (B against A on the same checkpoint and episodes):", "",
                       *verdict_table(records)])  # fmt: skip
     print(text)
