@@ -192,3 +192,10 @@ def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_pat
     assert claims.load(row)["n"] == 150 and claims.load(row, 60)["n"] == 150
     paired = claims.load(row, 30)
     assert paired["n"] == 30 and paired["shape"] == "3x5x2" and paired["per_seed"][0] == 0.1
+    # The claims table pairs a row that has only the screen with the other row's screen, not its 150 episodes.
+    screen = {"n_episodes": 30, "success": np.ones((3, 5, 2)).tolist()}
+    (evals / "screen-cccccccccccc.json").write_text(json.dumps(screen))
+    a, b = claims.load_pair(row, claims.Row("t/evals/screen"))
+    assert a["n"] == b["n"] == 30 and a["per_seed"][0] == 0.1
+    a, b = claims.load_pair(row, row)
+    assert a["n"] == b["n"] == 150

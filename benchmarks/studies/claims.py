@@ -66,6 +66,18 @@ def load(row: Row, n: int | None = None) -> dict | None:
     return {"per_seed": s.reshape(s.shape[0], -1).mean(1), "episodes": s.reshape(-1), "n": s.size,
             "shape": "x".join(str(k) for k in s.shape), "command": command(path, d), "step": d.get("checkpoint_step")}
 
+def load_pair(a: Row, b: Row) -> tuple[dict | None, dict | None]:
+    """Two rows' records on the same episodes where they exist: when one row holds only a screen (30 episodes) and the
+    other also a longer run (150), the longer row's record of the screen's count (the same first episodes)."""
+    A, B = load(a), load(b)
+    if A is not None and B is not None and A["n"] != B["n"]:
+        n = min(A["n"], B["n"])
+        A2, B2 = load(a, n), load(b, n)
+        if A2["n"] == B2["n"] == n:
+            return A2, B2
+    return A, B
+
+
 # Run keys that do not change a record's numbers (labels, chunking), left out of the reconstructed command.
 _NO_EFFECT = {"group", "paper", "paper_se", "paper_ref", "chunk", "train_chunk", "figure", "grid", "driver"}
 
@@ -138,7 +150,7 @@ def table(claims: list[Claim]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in claims:
-        A, B = load(c.a), load(c.b)
+        A, B = load_pair(c.a, c.b)
         if A is None or B is None:
             missing = ", ".join(r.glob for r, x in ((c.a, A), (c.b, B)) if x is None)
             lines.append(f"| {c.claim} | {c.setting} | {c.paper} | {c.a.label} | {c.b.label} | - | - | - | not run yet "
