@@ -170,6 +170,22 @@ def test_test_time_methods_pools_rows_over_training_seeds_by_hand():
     assert len(lines) == 3 and "| b | t |" in lines[2]  # one checkpoint group: the pooled rows pair
     with pytest.raises(ValueError, match="different episodes"):
         ttm.compare(base, _record("t1", "ttt", [[[1, 1]], [[1, 0]]]))
+    # TTGS's round metrics pool over both files: at each episode's last round, 2 + 4 episodes
+    g1, g2 = _record("g", "ttgs", [[[0, 1]], [[0, 1]]]), _record("g", "ttgs", [[[1, 1, 1, 1]]])
+    g1["rounds"] = {"ttgs_goal_frac": np.zeros((2, 1, 2, 1)).tolist(), "ttgs_hops": np.full((2, 1, 2, 1), 3).tolist(),
+                    "ttgs_unreachable": np.ones((2, 1, 2, 1)).tolist()}  # fmt: skip
+    g2.update(checkpoint="ck2", rounds={"ttgs_goal_frac": np.ones((1, 1, 4, 1)).tolist(),
+                                        "ttgs_hops": np.full((1, 1, 4, 1), 6).tolist(),
+                                        "ttgs_unreachable": np.zeros((1, 1, 4, 1)).tolist()})  # fmt: skip
+    line = ttm.rows_table(ttm.pool([[g1], [g2]]))[2]
+    assert line.endswith(f"| {4 / 8:.2f} | {(4 * 3 + 4 * 6) / 8:.1f} | 4 |")
+    with pytest.raises(ValueError, match="count its seeds twice"):
+        ttm.pool([first, first])
+    other = [_record("b", "base", [[[0, 0]]]), _record("t", "ttt", [[[1, 1]]], alpha=0.3)]
+    for r in other:
+        r["checkpoint"] = "ck3"
+    with pytest.raises(ValueError, match="different settings"):
+        ttm.pool([first, other])
 
 
 def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_path, monkeypatch):
@@ -199,3 +215,9 @@ def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_pat
     assert a["n"] == b["n"] == 30 and a["per_seed"][0] == 0.1
     a, b = claims.load_pair(row, row)
     assert a["n"] == b["n"] == 150
+    # The largest count both rows hold, not the smaller of their largest (60 is the other row's, not this one's).
+    sixty = {"n_episodes": 60, "success": np.ones((3, 5, 4)).tolist()}
+    (evals / "other-dddddddddddd.json").write_text(json.dumps(sixty))
+    (evals / "other-eeeeeeeeeeee.json").write_text(json.dumps(screen))
+    a, b = claims.load_pair(row, claims.Row("t/evals/other"))
+    assert a["shape"] == b["shape"] == "3x5x2"

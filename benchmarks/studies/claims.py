@@ -66,15 +66,22 @@ def load(row: Row, n: int | None = None) -> dict | None:
     return {"per_seed": s.reshape(s.shape[0], -1).mean(1), "episodes": s.reshape(-1), "n": s.size,
             "shape": "x".join(str(k) for k in s.shape), "command": command(path, d), "step": d.get("checkpoint_step")}
 
+def _counts(row: Row) -> set[int]:
+    """The episode counts of a row's records."""
+    pattern = row.glob if row.glob.endswith(".json") else row.glob + "-" + "?" * 12 + ".json"
+    return {json.loads(p.read_text()).get("n_episodes", 0) for p in RES.glob(pattern)}
+
+
 def load_pair(a: Row, b: Row) -> tuple[dict | None, dict | None]:
     """Two rows' records on the same episodes where they exist: when one row holds only a screen (30 episodes) and the
-    other also a longer run (150), the longer row's record of the screen's count (the same first episodes)."""
+    other also a longer run (150), the longer row's record of the screen's count (the same first episodes); the
+    largest count both rows hold, with the same seeds x tasks x episodes."""
     A, B = load(a), load(b)
-    if A is not None and B is not None and A["n"] != B["n"]:
-        n = min(A["n"], B["n"])
-        A2, B2 = load(a, n), load(b, n)
-        if A2["n"] == B2["n"] == n:
-            return A2, B2
+    if A is not None and B is not None and A["shape"] != B["shape"]:
+        for n in sorted(_counts(a) & _counts(b), reverse=True):
+            A2, B2 = load(a, n), load(b, n)
+            if A2["shape"] == B2["shape"]:
+                return A2, B2
     return A, B
 
 

@@ -59,21 +59,43 @@ def _shape(r: dict) -> str:
 def pool(files: list[list[dict]]) -> list[dict]:
     """Rows of the same name from runs on different training seeds, as one row over all their seeds.
 
-    Each file's rows share one checkpoint and its episodes; a pooled row keeps each file's success array (`pooled`),
-    so two pooled rows stay paired file by file. Mean and s.e. are over the concatenated per-seed rates."""
-    names = [r["run"]["name"] for r in files[0]]
+    Each file's rows share one checkpoint and its episodes; a pooled row keeps each file's success array and round
+    metrics (`pooled`, `pooled_rounds`), so two pooled rows stay paired file by file. Mean and s.e. are over the
+    concatenated per-seed rates. Refuses files that share a checkpoint (the same seeds counted twice) or rows whose
+    settings differ beyond the training seeds; names missing from some file are left out, and said so."""
     by_name = [{r["run"]["name"]: r for r in recs} for recs in files]
+    names = [n for n in by_name[0] if all(n in b for b in by_name)]
+    dropped = sorted({n for b in by_name for n in b} - set(names))
+    if dropped:
+        print(f"pooled rows only: left out {', '.join(dropped)} (not in every file)", file=sys.stderr)
     out = []
     for name in names:
-        if not all(name in b for b in by_name):
-            continue
         parts = [b[name] for b in by_name]
+        ckpts = [r["checkpoint"] for r in parts]
+        if len(set(ckpts)) < len(ckpts):
+            raise ValueError(f"{name}: two files share checkpoint {ckpts}; pooling would count its seeds twice")
+        runs = [{k: v for k, v in r["run"].items() if k not in _POOL_FREE} for r in parts]
+        if any(x != runs[0] for x in runs) or len({r["checkpoint_step"] for r in parts}) > 1:
+            raise ValueError(f"{name}: the files ran it with different settings; only the training seeds may differ")
         per_seed = np.concatenate([np.asarray(r["per_seed"], float) for r in parts])
-        out.append({**parts[0], "checkpoint": "+".join(r["checkpoint"] for r in parts),
-                    "pooled": [r["success"] for r in parts], "success": None, "per_seed": per_seed.tolist(),
-                    "mean": float(per_seed.mean()), "se": float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))),
+        out.append({**parts[0], "checkpoint": "+".join(ckpts), "pooled": [r["success"] for r in parts],
+                    "pooled_rounds": [r.get("rounds") or {} for r in parts], "success": None, "rounds": None,
+                    "per_seed": per_seed.tolist(), "mean": float(per_seed.mean()),
+                    "se": float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))),
                     "wall_s": sum(r["wall_s"] for r in parts)})  # fmt: skip
     return out
+
+
+# Run keys that may differ between pooled files: the training seeds and how many episodes each seed ran.
+_POOL_FREE = ("seeds", "train_seed", "episodes", "eval_seed")
+
+
+def _ttgs_last(r: dict, key: str) -> np.ndarray | None:
+    """A TTGS round metric at each episode's last round, over every pooled file; None where the row has none."""
+    parts = [x for x in r.get("pooled_rounds", [r.get("rounds") or {}]) if key in x]
+    if not parts:
+        return None
+    return np.concatenate([np.asarray(x[key], dtype=float)[..., -1].reshape(-1) for x in parts])
 
 
 def rows_table(records: list[dict]) -> list[str]:
@@ -87,11 +109,9 @@ def rows_table(records: list[dict]) -> list[str]:
         p = "-"
         if base is not None and base is not r:
             p = _p(welch(np.asarray(r['per_seed']), np.asarray(base['per_seed']))[1])
-        rounds = r.get("rounds") or {}
         ttgs = ["-", "-", "-"]
-        if "ttgs_goal_frac" in rounds:
-            last = {k: np.asarray(rounds[k], dtype=float)[..., -1] for k in ("ttgs_goal_frac", "ttgs_hops",
-                                                                              "ttgs_unreachable")}  # fmt: skip
+        last = {k: _ttgs_last(r, k) for k in ("ttgs_goal_frac", "ttgs_hops", "ttgs_unreachable")}
+        if last["ttgs_goal_frac"] is not None:
             ttgs = [f"{np.nanmean(last['ttgs_goal_frac']):.2f}", f"{np.nanmean(last['ttgs_hops']):.1f}",
                     f"{int(np.nansum(last['ttgs_unreachable']))}"]  # fmt: skip
         n = sum(x.size for x in _shapes(r))
@@ -150,7 +170,10 @@ def main() -> int:
     if missing:
         ap.error(f"no such results file: {', '.join(missing)}")
     files = [json.loads(Path(f).read_text())["records"] for f in a.results]
-    records = pool(files) if len(files) > 1 else files[0]
+    try:
+        records = pool(files) if len(files) > 1 else files[0]
+    except ValueError as e:
+        ap.error(str(e))
     if not records:
         ap.error(f"no row name is in every one of {', '.join(a.results)}")
     text = "\n".join([*rows_table(records), "", "Verdicts (B against A on the same checkpoint and episodes):", "",
