@@ -168,9 +168,9 @@ SPEEDUPS = ("optax.adam memoised per arguments, and their TrainState deep-copied
 def speed_up() -> None:
     """Make their evaluate() cheaper without changing what it computes (`SPEEDUPS`; README.md, "Cost").
 
-    Both touch only how JAX runs their code: the same optimiser hyper-parameters, the same value network on the same
-    rows. The jitted value pass may differ from the eager one in float rounding; README.md records an episode rerun
-    with the patches against its earlier record."""
+    All three touch only how JAX runs their code: the same optimiser hyper-parameters, the same parameters restored
+    each round, the same value network on the same rows. The jitted value pass may round differently from the eager
+    one; README.md records the selections and episodes rerun with the patches against the code as published."""
     import functools
 
     import jax
@@ -354,7 +354,8 @@ def main() -> None:
     p.add_argument("--data-dir", type=Path, default=Path("~/.ogbench/data").expanduser())
     p.add_argument("--machine", default=f"{platform.node()}, {os.cpu_count()} CPUs, CPU jax")
     p.add_argument("--no-speedups", action="store_true",
-                   help="run their evaluate() exactly as it is: no memoised optimiser, no jitted value pass")
+                   help="run their evaluate() exactly as it is: no memoised optimiser, no shared static fields in deep "
+                        "copies, no jitted value pass")
     p.add_argument("--record-only", action="store_true",
                    help="rewrite the records from the finished episodes' logs, run nothing (e.g. after a stop)")
     args = p.parse_args()

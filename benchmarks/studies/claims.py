@@ -52,11 +52,16 @@ class Claim:
     why: str = ""  # why ours differs, when it is not reproduced (hand-written, from the evidence in RESULTS.md)
 
 
+def _found(row: Row) -> list[tuple[dict, float, Path]]:
+    """A row's records under RES, each with its modification time and path."""
+    pattern = row.glob if row.glob.endswith(".json") else row.glob + "-" + "?" * 12 + ".json"  # NAME-KEY.json
+    return [(json.loads(p.read_text()), p.stat().st_mtime, p) for p in RES.glob(pattern)]
+
+
 def load(row: Row, n: int | None = None) -> dict | None:
     """The row's record: the one with the most episodes, then the newest (a 150-episode row over an earlier 30-episode
     screen); with `n`, a record of exactly `n` episodes where one exists (to pair it with another row's screen)."""
-    pattern = row.glob if row.glob.endswith(".json") else row.glob + "-" + "?" * 12 + ".json"  # NAME-KEY.json
-    found = [(json.loads(p.read_text()), p.stat().st_mtime, p) for p in RES.glob(pattern)]
+    found = _found(row)
     if not found:
         return None
     d, _, path = max(found, key=lambda dm: (dm[0].get("n_episodes", 0) == n, dm[0].get("n_episodes", 0), dm[1]))
@@ -66,10 +71,10 @@ def load(row: Row, n: int | None = None) -> dict | None:
     return {"per_seed": s.reshape(s.shape[0], -1).mean(1), "episodes": s.reshape(-1), "n": s.size,
             "shape": "x".join(str(k) for k in s.shape), "command": command(path, d), "step": d.get("checkpoint_step")}
 
+
 def _counts(row: Row) -> set[int]:
     """The episode counts of a row's records."""
-    pattern = row.glob if row.glob.endswith(".json") else row.glob + "-" + "?" * 12 + ".json"
-    return {json.loads(p.read_text()).get("n_episodes", 0) for p in RES.glob(pattern)}
+    return {d.get("n_episodes", 0) for d, _, _ in _found(row)}
 
 
 def load_pair(a: Row, b: Row) -> tuple[dict | None, dict | None]:
@@ -558,6 +563,9 @@ def main() -> int:
 
 def replace_block(path: Path, name: str, out: str) -> int:
     """Replace the text between `<!-- NAME -->` and `<!-- /NAME -->` in `path` with `out`; 2 if there is no block."""
+    if not path.is_file():
+        print(f"{path}: no such file to write the {name} block into", file=sys.stderr)
+        return 2
     text = path.read_text()
     a, b = f"<!-- {name} -->", f"<!-- /{name} -->"
     if a not in text or b not in text:
