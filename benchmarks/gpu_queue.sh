@@ -22,6 +22,8 @@
 # need beyond the image's packages, as for benchmarks/gpu_pipeline.sh), from the session, again until it prints
 # "queue: complete" (calls in quick succession keep the warm machine and its checkpoints):
 #   run(command="bash benchmarks/gpu_queue.sh 570", carry=[".whl"], timeout_s=600)
+# When the tree and the wheels pass the tool's 64 MiB, carry them packed (the queue rebuilds .whl/ from it):
+#   python benchmarks/gpu_wheels.py pack .whl .whlxz/wheels.tar.xz   (here, once), then carry=[".whlxz"]
 #   then here: tar xzf <files_at>/results.tgz   (in the repository root), and commit benchmarks/results/gpu/
 # Here, on a CPU, every step with tiny sizes in a scratch directory (what tests/test_gpu_queue.py runs):
 #   bash benchmarks/gpu_queue.sh --dry-run [SCRATCH]
@@ -67,6 +69,9 @@ PY=${PYTHON:-python3}
 if [ "$mode" = run ]; then
   OUT=${OUT:-/tmp/gpu-out}
   mkdir -p "$OUT"
+  if ! ls .whl/*.whl >/dev/null 2>&1 && [ -f .whlxz/wheels.tar.xz ]; then  # the wheels travelled packed
+    $PY benchmarks/gpu_wheels.py unpack .whlxz/wheels.tar.xz .whl || exit 1
+  fi
   if ls .whl/*.whl >/dev/null 2>&1; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD

@@ -57,3 +57,35 @@ def test_dry_run_runs_every_step(tmp_path):
     assert again.returncode == 0 and again.stdout.count("done before") == 4, again.stdout[-2000:]
     # Nothing was written into the repository's results.
     assert not (ROOT / "benchmarks" / "results" / "gpu" / "cpu-dry-run").exists()
+
+
+def test_wheels_pack_and_unpack_round_trip(tmp_path):
+    """benchmarks/gpu_wheels.py: a packed wheel comes back with the same members, order, bytes and file modes."""
+    import zipfile
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_wheels
+
+    src, dest = tmp_path / "whl", tmp_path / "out"
+    src.mkdir()
+    members = {"pkg/__init__.py": b"x = 1\n", "pkg/bin/tool": b"#!/bin/sh\n", "pkg-1.0.dist-info/RECORD": b"r" * 500}
+    for name in ("pkg-1.0-py3-none-any.whl", "other-2.0-py3-none-any.whl"):
+        with zipfile.ZipFile(src / name, "w", zipfile.ZIP_DEFLATED) as z:
+            for m, data in members.items():
+                info = zipfile.ZipInfo(m)
+                info.external_attr = (0o755 if m.endswith("tool") else 0o644) << 16
+                z.writestr(info, data)
+    archive = tmp_path / "x" / "wheels.tar.xz"
+    assert gpu_wheels.pack(src, archive) == 2
+    assert gpu_wheels.unpack(archive, dest) == 2
+    for w in src.glob("*.whl"):
+        with zipfile.ZipFile(w) as a, zipfile.ZipFile(dest / w.name) as b:
+            assert a.namelist() == b.namelist()
+            assert all(a.read(m) == b.read(m) for m in a.namelist())
+            assert [i.external_attr >> 16 & 0o777 for i in a.infolist()] == [i.external_attr >> 16 & 0o777
+                                                                             for i in b.infolist()]
+    assert not list(dest.glob("*.tmp"))
+    with pytest.raises(SystemExit, match="no \\*.whl"):
+        gpu_wheels.pack(tmp_path / "empty", archive)
+    with pytest.raises(SystemExit, match="does not exist"):
+        gpu_wheels.unpack(tmp_path / "missing.tar.xz", dest)
