@@ -21,7 +21,7 @@
 # On the device machine (the lead's checkout, with the wheels in .whl/: ogbench, mujoco, gymnasium and what they
 # need beyond the image's packages, as for benchmarks/gpu_pipeline.sh), from the session, again until it prints
 # "queue: complete" (calls in quick succession keep the warm machine and its checkpoints):
-#   run(command="bash benchmarks/gpu_queue.sh 570", carry=[".whl"], timeout_s=600)
+#   run(command="bash benchmarks/gpu_queue.sh 570", carry=[".whl"], timeout_s=600)   (or carry=[".whlxz"], below)
 # When the tree and the wheels pass the tool's 64 MiB, carry them packed (the queue rebuilds .whl/ from it):
 #   python benchmarks/gpu_wheels.py pack .whl .whlxz/wheels.tar.xz   (here, once), then carry=[".whlxz"]
 #   then here: tar xzf <files_at>/results.tgz   (in the repository root), and commit benchmarks/results/gpu/
