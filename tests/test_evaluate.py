@@ -17,7 +17,7 @@ from ttt.data import generate as gen
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.episode import TTTConfig
-from ttt.evaluate import EvalSetup, evaluate
+from ttt.evaluate import EvalSetup, call_size, evaluate
 from ttt.finetune import FinetuneConfig
 from ttt.presets import make_configs
 from ttt.pretrain import init_state
@@ -156,3 +156,16 @@ def test_antmaze_runs_on_both_drivers(tmp_path):
     np.testing.assert_array_equal(comp.steps, res.steps)
     for k in ("active", "empty", "n_rel", "n_selected", "n_train_rows"):
         np.testing.assert_array_equal(comp.rounds[k], res.rounds[k], err_msg=k)
+
+
+@pytest.mark.parametrize(
+    "total, batch, devices, size",
+    [(30, 25, 1, 15), (150, 25, 1, 25), (7, 25, 1, 7), (30, 30, 1, 30), (31, 10, 1, 8), (12, 3, 2, 4), (30, 25, 4, 16)],
+)
+def test_call_size_splits_calls_evenly(total, batch, devices, size):
+    """As few calls as the batch bound allows, evenly sized, a multiple of the device count: 30 episodes at chunk 25
+    are two calls of 15, not 25 + 25 with 20 repeats."""
+    got = call_size(total, batch, devices)
+    assert got == size
+    calls = -(-total // got)
+    assert calls <= -(-total // batch) and got <= -(-min(batch, total) // devices) * devices  # never more or larger

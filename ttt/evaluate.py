@@ -443,6 +443,14 @@ def batch_sharding(n_devices: int | None = None):
     return NamedSharding(mesh, PartitionSpec("batch")), NamedSharding(mesh, PartitionSpec())
 
 
+def call_size(total: int, batch_size: int, n_devices: int = 1) -> int:
+    """Episodes per compiled call: as few calls as `batch_size` allows, split evenly, each a multiple of the device
+    count. The last call is padded with repeats to the same shape, so 30 episodes at `batch_size` 25 run as two calls of
+    15, not 25 + 25 (20 of them repeats)."""
+    calls = -(-total // min(batch_size, total))
+    return -(-(-(-total // calls)) // n_devices) * n_devices
+
+
 def evaluate(
     setup: EvalSetup,
     agents,
@@ -470,9 +478,10 @@ def evaluate(
     policy on the same episodes to a GC-TTT call (`GridResult.base`; its episodes skip selection and fine-tuning).
     Settings that change shapes (K, N, batch, widths, the rule) need one setup each.
 
-    driver 'compiled': whole episodes as one jitted program vmapped over a batch of `batch_size` (default: all)
-    (seed, task, episode) elements, sharded over `n_devices` devices (the batch is padded to a multiple of the
-    device count and of `batch_size` with repeats that are dropped); the in-program env (`setup.backend`).
+    driver 'compiled': whole episodes as one jitted program vmapped over a batch of at most `batch_size` (default:
+    all) (seed, task, episode) elements, the calls split evenly (`call_size`), sharded over `n_devices` devices (the
+    batch is padded to a multiple of the device count, the last one with repeats that are dropped); the in-program
+    env (`setup.backend`).
     driver 'host': OGBench's gymnasium env stepped from Python with the same jitted round functions.
     Several processes (`jax.distributed.initialize` before any JAX work; on CPU with gloo collectives): every
     process calls `evaluate` with the same arguments, the batch is sharded over all processes' devices, and each
@@ -519,7 +528,7 @@ def evaluate(
     bs = total if batch_size is None else batch_size
     if bs < 1:
         raise TttError(f"batch size must be >= 1 episodes, got {bs}")
-    bs = -(-min(bs, total) // n_dev) * n_dev  # a multiple of the device count
+    bs = call_size(total, bs, n_dev)
     t0 = time.perf_counter()
     outs = []
     if driver == "compiled":

@@ -136,7 +136,7 @@ RUN_KEYS: dict[str, Key] = {
                 "{ n_vertices = 1000, tau = 24, threshold = 48 }; {}: the published defaults"),
     "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
     "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
-    "chunk": Key("int", 25, "episodes per compiled program call", False, None, *_pos),
+    "chunk": Key("int", 25, "episodes per compiled program call, at most (calls split evenly)", False, None, *_pos),
     "bucket": Key("int", 1, "episodes of a compiled call fine-tuned together each round (0: the whole call, for a "
                   "GPU); speed only, not in the evaluation's key", False, None, *_nonneg),
     "figure": Key("bool", False, "save the data selected during one episode (the paper's Figure 2)"),
