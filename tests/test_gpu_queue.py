@@ -55,6 +55,14 @@ def test_dry_run_runs_every_step(tmp_path):
     # A second call finds every step done and runs none again.
     again = _run("--dry-run", str(tmp_path))
     assert again.returncode == 0 and again.stdout.count("done before") == 4, again.stdout[-2000:]
+    # A table1 step left partial (a lease that ran out) skips the row groups whose records exist, before any
+    # pre-training (a fresh device machine has no checkpoints).
+    queue["steps"]["table1"]["state"] = "partial"
+    (res / "queue.json").write_text(json.dumps(queue))
+    third = _run("--dry-run", str(tmp_path))
+    assert third.returncode == 0 and "queue: complete" in third.stdout, third.stdout[-2000:]
+    assert "table1 rows gcbc-base-navigate done before" in third.stdout, third.stdout[-2000:]
+    assert "table1 rows gcbc-ttt-navigate done before" in third.stdout and "pretrain" not in third.stdout
     # Nothing was written into the repository's results.
     assert not (ROOT / "benchmarks" / "results" / "gpu" / "cpu-dry-run").exists()
 
