@@ -447,8 +447,9 @@ def call_size(total: int, batch_size: int, n_devices: int = 1) -> int:
     """Episodes per compiled call: as few calls as `batch_size` allows, split evenly, each a multiple of the device
     count. The last call is padded with repeats to the same shape, so 30 episodes at `batch_size` 25 run as two calls of
     15, not 25 + 25 (20 of them repeats)."""
-    calls = -(-total // min(batch_size, total))
-    return -(-(-(-total // calls)) // n_devices) * n_devices
+    calls = -(-total // min(batch_size, total))  # ceil division throughout
+    per_call = -(-total // calls)
+    return -(-per_call // n_devices) * n_devices
 
 
 def evaluate(

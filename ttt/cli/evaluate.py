@@ -49,7 +49,13 @@ from ttt.errors import TttError
     show_default=True,
     help="Physics of the in-program env: C MuJoCo via a callback (fast on CPU) or MJX (pointmaze; for GPUs).",
 )
-@click.option("--chunk", type=int, default=25, show_default=True, help="Episodes per compiled program call, at most (calls split evenly).")
+@click.option(
+    "--chunk",
+    type=int,
+    default=25,
+    show_default=True,
+    help="Episodes per compiled program call, at most (calls split evenly).",
+)
 @click.option(
     "--bucket",
     type=int,
