@@ -46,7 +46,8 @@ STEPS="updates episode batched table1"
 declare -A CAP=([updates]=240 [episode]=300 [batched]=240 [table1]=$TOTAL_S)
 # Table-1 rows in groups that share a checkpoint, in the order they run: GC-IQL navigate before the stitch rows (is
 # GC-IQL's missing gain a matter of scale? issue 37). A group whose rows all have records is skipped before any
-# pre-training (a fresh machine has no checkpoints; the pipeline would pre-train before finding the records).
+# pre-training (a fresh machine has no checkpoints; the pipeline would pre-train before finding the records). A row
+# counts as done when any record of it exists: after changing GPU_QUEUE_STEPS, move the old records aside.
 TABLE1_GROUPS="gcbc-base-navigate,gcbc-ttt-navigate gciql-base-navigate,gciql-ttt-navigate gcbc-base-stitch,gcbc-ttt-stitch gciql-base-stitch,gciql-ttt-stitch"
 
 if [ "$mode" = dry ]; then
