@@ -162,21 +162,48 @@ SPEEDUPS = ("optax.adam memoised per arguments, and their TrainState deep-copied
             "network it restores every round are then the same static objects, so their jitted update and "
             "sample_actions compile once, not every round",
             "their TrainState.__call__ jitted for the value network when called outside a trace (their critic rule "
-            "evaluates V over the whole dataset eagerly, op by op, in 10k-row chunks, twice a round)")
+            "evaluates V over the whole dataset eagerly, op by op, in 10k-row chunks, twice a round)",
+            "matplotlib's scatter, quiver and savefig as no-ops (savefig writes an 8x8 PNG): their evaluate() draws a "
+            "10,000-point scatter and quiver at 200 dpi before and after every round and a filter plot after it, for "
+            "wandb, which the adapter disables (62% of an episode's time in a 120 s py-spy sample); the data they "
+            "plot is still sampled and evaluated, so the random streams are unchanged")
 
 
 def speed_up() -> None:
     """Make their evaluate() cheaper without changing what it computes (`SPEEDUPS`; README.md, "Cost").
 
-    All three touch only how JAX runs their code: the same optimiser hyper-parameters, the same parameters restored
+    The plotting patch drops figures nobody sees (wandb is disabled) and keeps their sampling; the other three
+    touch only how JAX runs their code: the same optimiser hyper-parameters, the same parameters restored
     each round, the same value network on the same rows. The jitted value pass may round differently from the eager
     one; README.md records the selections and episodes rerun with the patches against the code as published."""
     import functools
 
     import jax
+    import matplotlib
     import optax
     from utils import flax_utils
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not getattr(plt.savefig, "ttt_no_draw", False):
+        import io
+
+        from PIL import Image
+
+        one = io.BytesIO()
+        Image.new("RGBA", (8, 8)).save(one, format="png")  # wandb.Image refuses 1x1
+        png = one.getvalue()
+
+        def no_draw(*args, **kwargs):
+            return None
+
+        def tiny_png(fname, *args, **kwargs):
+            fname.write(png)  # every savefig of theirs writes into an io.BytesIO read back by PIL
+
+        tiny_png.ttt_no_draw = True
+        plt.scatter = plt.quiver = no_draw
+        plt.savefig = tiny_png
     if getattr(optax.adam, "cache_info", None) is None:
         optax.adam = functools.lru_cache(maxsize=None)(optax.adam)
     state = flax_utils.TrainState
@@ -265,7 +292,8 @@ class Published:
         wall = time.perf_counter() - t0
         traj = trajs[0]
         return {"seed": seed, "task": task, "episode": ep, "success": float(traj["info"][-1]["success"]),
-                "steps": len(traj["action"]), "wall_s": wall, "reset_seed": reset_seed, "speedups": self.fast}
+                "steps": len(traj["action"]), "wall_s": wall, "reset_seed": reset_seed, "speedups": self.fast,
+                "patches": len(SPEEDUPS) if self.fast else 0}  # 3 since the plotting patch (26 Nov, session 22)
 
 
 def write_record(path: Path, args, variant: str, cfg: dict, done: list[dict], pre: list[dict]) -> dict:
@@ -308,7 +336,8 @@ def write_record(path: Path, args, variant: str, cfg: dict, done: list[dict], pr
         "wall_s_per_episode": float(np.mean(walls)) if walls else None,
         "speedups": list(SPEEDUPS),
         "speedups_note": "episodes_run[i]['speedups'] says whether an episode ran with them (episodes run before "
-                         "26 Nov 2026 did not); they change the wall time, not what is computed",
+                         "26 Nov 2026 did not), and ['patches'] how many of them (3 with the plotting patch, from "
+                         "26 Nov 2026 22:00 UTC; absent before); they change the wall time, not what is computed",
         "wall_s_per_episode_max": float(np.max(walls)) if walls else None,
         "episodes_run": sorted(done, key=lambda d: (d["episode"], d["seed"], d["task"])),
         "pretrain": pre,
