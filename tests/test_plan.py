@@ -125,5 +125,22 @@ def test_bucket_changes_the_setup_but_not_the_evaluation_key(tmp_path):
     with pytest.raises(TttError, match=r"bucket must be >= 0 \(episodes of a compiled call .*\), got -1"):
         _runs(tmp_path, bucket=-1)
     spec = default.data.spec
-    with pytest.raises(TttError, match=r"bucket must be an int >= 1 or None \(the whole batch\), got 0"):
+    with pytest.raises(TttError, match=r"bucket must be an int >= 1, None \(the whole batch\) or 'auto', got 0"):
         make_setup("ttt", "gcbc", default.train.cfg, default.train.sampler, spec, 1000, bucket=0)
+
+
+def test_default_bucket_follows_the_backend(tmp_path, monkeypatch):
+    """A row without `bucket` (and `make_setup`'s 'auto') fine-tunes episodes one after another on a CPU and a call's
+    live episodes together on any other backend, where one update leaves the device idle."""
+    import jax
+
+    from ttt.setups import default_bucket
+
+    default = plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache")
+    meta = _meta(default)
+    assert default_bucket() == 1 and make_eval_setup(default, tmp_path / "ck", meta).ttt.bucket == 1
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert default_bucket() is None
+    assert make_eval_setup(default, tmp_path / "ck", meta).ttt.bucket is None
+    three = plan_run(_runs(tmp_path, bucket=3)["ttt"], tmp_path / "cache")
+    assert make_eval_setup(three, tmp_path / "ck", meta).ttt.bucket == 3  # an explicit bucket wins

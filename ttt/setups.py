@@ -37,6 +37,16 @@ from ttt.select import IGNORED_BY_RULE, SelectConfig
 VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
 
 
+def default_bucket() -> int | None:
+    """`make_setup`'s `bucket='auto'`: 1 (episodes fine-tune one after another) on a CPU, where one episode's update
+    already fills the cores; None (a call's live episodes in one vmapped update) on a GPU or TPU, where one update
+    leaves the device mostly idle (an H200 ran a paper-profile critic episode in 0.50 s instead of 0.97 s,
+    benchmarks/RESULTS.md)."""
+    import jax
+
+    return 1 if jax.default_backend() == "cpu" else None
+
+
 def make_setup(
     variant: str,
     backbone: str,
@@ -69,7 +79,7 @@ def make_setup(
     relevance: str = "distance",
     c_rel: float | None = None,
     ttgs: TTGSConfig | dict | None = None,
-    bucket: int | None = 1,
+    bucket: int | None | str = "auto",
     label: Callable[[str], str] = str,
 ) -> EvalSetup:
     """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` with config `cfg`.
@@ -90,9 +100,9 @@ def make_setup(
       (None: the published defaults; `distance` defaults to 'value' where the backbone has a value function, else
       'l2'); the GC-TTT settings above are then ignored, as for 'base'; variant 'ttt+ttgs' takes both: variant
       'ttt' (the critic) whose selection and fine-tuning aim, each round, at TTGS's subgoal at the round's start;
-    - `bucket`: how many of a batch's live episodes fine-tune together each round (`TTTConfig.bucket`: 1, suited
-      to a CPU; None: the whole batch at once, which fills a GPU); speed only, the results do not depend on it
-      beyond float rounding;
+    - `bucket`: how many of a batch's live episodes fine-tune together each round (`TTTConfig.bucket`; 1 suits a
+      CPU; None: the whole batch at once, which fills a GPU; 'auto', the default: `default_bucket()`, 1 on a CPU
+      and None elsewhere); speed only, the results do not depend on it beyond float rounding;
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
@@ -109,8 +119,10 @@ def make_setup(
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms, graph)
     variant = "ttt" if variant == "ttt+ttgs" else variant  # its GC-TTT part is variant ttt's
 
+    if bucket == "auto":
+        bucket = default_bucket()
     if bucket is not None and not (isinstance(bucket, int) and not isinstance(bucket, bool) and bucket >= 1):
-        raise TttError(f"{label('bucket')} must be an int >= 1 or None (the whole batch), got {bucket!r}")
+        raise TttError(f"{label('bucket')} must be an int >= 1, None (the whole batch) or 'auto', got {bucket!r}")
     if not 1 <= K <= max_steps:
         raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
     if N < 1:

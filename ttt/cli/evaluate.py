@@ -59,10 +59,9 @@ from ttt.errors import TttError
 @click.option(
     "--bucket",
     type=int,
-    default=1,
-    show_default=True,
+    default=None,
     help="Episodes of a compiled call fine-tuned together each round: 1 suits a CPU; 0, the whole call at once, "
-    "fills a GPU. Speed only: results do not depend on it beyond float rounding.",
+    "fills a GPU. Default: 1 on a CPU, 0 on a GPU. Speed only: results do not depend on it beyond float rounding.",
 )
 @click.option(
     "--rule",
@@ -161,7 +160,7 @@ def eval_cmd(
         raise TttError(f"--episodes must be >= 1, got {episodes}")
     if chunk < 1:
         raise TttError(f"--chunk must be >= 1 episodes, got {chunk}")
-    if bucket < 0:
+    if bucket is not None and bucket < 0:
         raise TttError(f"--bucket must be >= 1 episodes, or 0 for the whole call at once, got {bucket}")
     names = tuple(v.strip() for v in variants.split(",") if v.strip())
     bad = [v for v in names if v not in VARIANTS]
@@ -201,7 +200,7 @@ def eval_cmd(
     settings = dict(K=K, N=N, lr=lr, q=q, eps=eps, h_min=h_min, mix=mix, batch=batch, rule=rule, critic=critic,
                     n_episodes=n_episodes, slack=slack, once=once, reset_after_horizon=reset_after_horizon,
                     reuse_adam=reuse_adam, ft_train=ft_train, ft_alpha=ft_alpha, ttgs=ttgs,
-                    bucket=bucket or None)  # fmt: skip
+                    bucket="auto" if bucket is None else bucket or None)  # fmt: skip
     option = lambda name: "--" + name.replace("_", "-")  # noqa: E731  (errors name the command line's options)
     setups = {
         name: checkpoint_setup(meta, name, dataset=dataset, where=checkpoint, backend=backend, label=option,

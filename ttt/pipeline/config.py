@@ -137,8 +137,9 @@ RUN_KEYS: dict[str, Key] = {
     "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
     "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
     "chunk": Key("int", 25, "episodes per compiled program call, at most (calls split evenly)", False, None, *_pos),
-    "bucket": Key("int", 1, "episodes of a compiled call fine-tuned together each round (0: the whole call, for a "
-                  "GPU); speed only, not in the evaluation's key", False, None, *_nonneg),
+    "bucket": Key("int", None, "episodes of a compiled call fine-tuned together each round (0: the whole call, for "
+                  "a GPU; null: 1 on a CPU, 0 elsewhere); speed only, not in the evaluation's key", True, None,
+                  *_nonneg),
     "figure": Key("bool", False, "save the data selected during one episode (the paper's Figure 2)"),
 }  # fmt: skip
 

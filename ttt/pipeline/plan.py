@@ -205,4 +205,4 @@ def _ttt_settings(run: dict) -> dict[str, Any]:
                 rule=effective_rule(run), n_episodes=run["n_episodes"], slack=run["slack"], batch=run["batch"],
                 critic=run["critic"], once=run["once"], reset_after_horizon=run["reset_after_horizon"],
                 reuse_adam=run["reuse_adam"], ft_train=run["ft_train"], ft_alpha=run["ft_alpha"],
-                bucket=run["bucket"] or None, transforms=transforms)  # fmt: skip
+                bucket="auto" if run["bucket"] is None else run["bucket"] or None, transforms=transforms)  # fmt: skip
