@@ -91,7 +91,7 @@ def load_pair(a: Row, b: Row) -> tuple[dict | None, dict | None]:
 
 
 # Run keys that do not change a record's numbers (labels, chunking), left out of the reconstructed command.
-_NO_EFFECT = {"group", "paper", "paper_se", "paper_ref", "chunk", "train_chunk", "figure", "grid", "driver"}
+_NO_EFFECT = {"group", "paper", "paper_se", "paper_ref", "chunk", "train_chunk", "figure", "grid", "driver", "bucket"}
 
 
 def command(path: Path, d: dict) -> str:
