@@ -170,7 +170,9 @@ run_step() {  # run_step NAME: within min(its cap, the call's time left, the que
               g=$((cap - ($(date +%s) - t)))
               [ "$g" -ge 30 ] || { rc=124; break; }
               timeout "$g" $PY -m ttt.cli run paper-main --only "$todo" "${TABLE1_SETS[@]}" \
-                --out "$R/table1" --cache "$TTT_CACHE" || { rc=$?; break; }  # 124: out of time, resumed next call
+                --out "$R/table1" --cache "$TTT_CACHE" && continue
+              rc=$?  # the step stays partial; 124: out of time (resumed next call), else the next group goes on
+              [ $rc -eq 124 ] && break
             done
             for m in "$TTT_CACHE"/ckpt/*/*/meta.json; do  # pre-training's updates/s, per checkpoint
               [ -f "$m" ] || continue

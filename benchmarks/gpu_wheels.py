@@ -10,7 +10,8 @@ take about 20 MB:
 
     python benchmarks/gpu_wheels.py unpack .whlxz/wheels.tar.xz .whl    # what the queue runs on the device
 
-Each wheel is rebuilt as a zip with the same member names, order, contents and file modes; a wheel's RECORD hashes
+Each wheel is rebuilt as a zip with the same file members (names, order, contents and modes; directory entries are
+dropped); a wheel's RECORD hashes
 its members, not the zip, so pip installs the rebuilt wheel as the original.
 """
 

@@ -201,7 +201,7 @@ SHARD_SCRIPT = textwrap.dedent(
     from ttt.evaluate import EvalSetup, evaluate
     setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     out = []
-    # (devices, batch): 3 does not divide over 2 devices, so its batches are padded to 4 (12 = 4 + 4 + 4 elements).
+    # (devices, batch): 3 does not divide over 2 devices, so the bound rounds down to 2 (12 = six calls of 2 elements).
     for n, b in ((1, 4), (2, 4), (2, 3)):
         res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, n_devices=n, batch_size=b)
         out.append(dict(success=res.success.tolist(), obs=res.observations.tolist(),

@@ -93,6 +93,12 @@ def test_ttt_eval_runs_base_and_ttt(checkpoint, capsys):
     ttt = doc["variants"]["ttt"]
     assert np.array(ttt["success"]).shape == (2, 1, 1) and ttt["ttt"]["K"] == 500
     assert np.array(ttt["rounds"]["n_rel"]).shape == (2, 1, 1, 2)  # 2 rounds of K = 500 in 1000 steps
+    # `--bucket` is speed only: the same command with another bucket (as on a GPU, whose default it is) keeps them all.
+    rc, out, err = run(["eval", str(ck), "--episodes", "1", "--tasks", "2", "--dir", str(d), "--variants",
+                        "base,ttt,ttt-mc", "--K", "500", "--N", "2", "--json", str(d / "e.json"), "--bucket", "0"],
+                       capsys)  # fmt: skip
+    assert rc == 0, err
+    assert all(f"{v}: kept from" in out for v in ("base", "ttt", "ttt-mc")), out
 
 
 @pytest.mark.parametrize(
@@ -160,7 +166,8 @@ def test_antmaze_runs_on_both_drivers(tmp_path):
 
 @pytest.mark.parametrize(
     "total, batch, devices, size",
-    [(30, 25, 1, 15), (150, 25, 1, 25), (7, 25, 1, 7), (30, 30, 1, 30), (31, 10, 1, 8), (12, 3, 2, 4), (30, 25, 4, 16)],
+    [(30, 25, 1, 15), (150, 25, 1, 25), (7, 25, 1, 7), (30, 30, 1, 30), (31, 10, 1, 8), (12, 3, 2, 2), (30, 25, 4, 16),
+     (100, 25, 4, 20), (3, 3, 2, 2), (5, 1, 2, 2)],
 )
 def test_call_size_splits_calls_evenly(total, batch, devices, size):
     """As few calls as the batch bound allows, evenly sized, a multiple of the device count: 30 episodes at chunk 25
@@ -168,4 +175,5 @@ def test_call_size_splits_calls_evenly(total, batch, devices, size):
     got = call_size(total, batch, devices)
     assert got == size
     calls = -(-total // got)
-    assert calls <= -(-total // batch) and got <= -(-min(batch, total) // devices) * devices  # never more or larger
+    assert got % devices == 0 and got * calls >= total and (calls - 1) * got < total  # enough slots, no idle call
+    assert got <= max(devices, batch // devices * devices)  # at most the bound (at least one episode per device)

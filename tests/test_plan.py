@@ -111,9 +111,12 @@ def test_a_plan_refuses_a_row_before_any_stage(tmp_path):
         make_eval_setup(plan, Path("ck"), meta)  # a checkpoint the row names may lack what the row needs
 
 
-def test_bucket_changes_the_setup_but_not_the_evaluation_key(tmp_path):
+def test_bucket_changes_the_setup_but_not_the_evaluation_key(tmp_path, monkeypatch):
     """`bucket` (episodes fine-tuned together each round) is speed only: a row asking for the whole batch (0) gets
     `TTTConfig.bucket = None` and keeps the evaluation key (and so the cached records) of the default row."""
+    import jax
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")  # the default row's bucket follows the backend
     default = plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache")
     whole = plan_run(_runs(tmp_path, bucket=0)["ttt"], tmp_path / "cache")
     three = plan_run(_runs(tmp_path, bucket=3)["ttt"], tmp_path / "cache")
@@ -136,6 +139,7 @@ def test_default_bucket_follows_the_backend(tmp_path, monkeypatch):
 
     from ttt.setups import default_bucket
 
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     default = plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache")
     meta = _meta(default)
     assert default_bucket() == 1 and make_eval_setup(default, tmp_path / "ck", meta).ttt.bucket == 1

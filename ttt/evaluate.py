@@ -444,10 +444,12 @@ def batch_sharding(n_devices: int | None = None):
 
 
 def call_size(total: int, batch_size: int, n_devices: int = 1) -> int:
-    """Episodes per compiled call: as few calls as `batch_size` allows, split evenly, each a multiple of the device
-    count. The last call is padded with repeats to the same shape, so 30 episodes at `batch_size` 25 run as two calls of
-    15, not 25 + 25 (20 of them repeats)."""
-    calls = -(-total // min(batch_size, total))  # ceil division throughout
+    """Episodes per compiled call: at most `batch_size` rounded down to a multiple of the device count (at least one
+    episode per device), as few calls as that allows, split evenly, each a multiple of the device count. The last
+    call is padded with repeats to the same shape, so 30 episodes at `batch_size` 25 run as two calls of 15, not
+    25 + 25 (20 of them repeats)."""
+    limit = max(n_devices, batch_size // n_devices * n_devices)
+    calls = -(-total // min(limit, total))  # ceil division throughout
     per_call = -(-total // calls)
     return -(-per_call // n_devices) * n_devices
 
@@ -480,9 +482,9 @@ def evaluate(
     Settings that change shapes (K, N, batch, widths, the rule) need one setup each.
 
     driver 'compiled': whole episodes as one jitted program vmapped over a batch of at most `batch_size` (default:
-    all) (seed, task, episode) elements, the calls split evenly (`call_size`), sharded over `n_devices` devices (the
-    batch is padded to a multiple of the device count, the last one with repeats that are dropped); the in-program
-    env (`setup.backend`).
+    all; rounded down to a multiple of the device count) (seed, task, episode) elements, the calls split evenly
+    (`call_size`), sharded over `n_devices` devices (a batch is padded to a multiple of the device count, the last one
+    with repeats that are dropped); the in-program env (`setup.backend`).
     driver 'host': OGBench's gymnasium env stepped from Python with the same jitted round functions.
     Several processes (`jax.distributed.initialize` before any JAX work; on CPU with gloo collectives): every
     process calls `evaluate` with the same arguments, the batch is sharded over all processes' devices, and each

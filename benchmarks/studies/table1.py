@@ -58,12 +58,19 @@ def lines() -> list[Line]:
             out.append(Line("pointmaze-medium", data, label, "100k", Row(p + "base"), Row(p + "ttt"),
                             Row(p + "ttt-mc") if data == "navigate" else None, paper,
                             published=_pub("pointmaze-medium", data, 100000) if agent == "gciql" else None))
-    for data, paper in (("navigate", (0.05, 0.01, 0.78, 0.02)), ("stitch", (0.30, 0.09, 0.93, 0.02))):
-        # The GPU queue's paper-profile rows (benchmarks/gpu_queue.sh: OGBench's 512x3 networks and batch 1024, 200k
-        # updates so that a row fits one 15-minute lease), on whichever GPU ran them.
-        p = f"gpu/*/{T1}/gcbc-"
-        out.append(Line("pointmaze-medium", data, "GC-BC, paper profile (GPU)", "200k", Row(f"{p}base-{data}"),
-                        Row(f"{p}ttt-{data}"), None, paper))
+    for gpu in sorted(RES.glob("gpu/*/table1")):
+        # The GPU queue's paper-profile rows (benchmarks/gpu_queue.sh: OGBench's 512x3 networks and batch 1024,
+        # GPU_QUEUE_STEPS updates, 200k by default, so that a row fits one 15-minute lease), one line per device
+        # folder, so that base and critic come from the same device's checkpoint.
+        dev = gpu.parent.name
+        for agent, label, nav, st in (
+            ("gcbc", "GC-BC", (0.05, 0.01, 0.78, 0.02), (0.30, 0.09, 0.93, 0.02)),
+            ("gciql", "GC-IQL", (0.50, 0.03, 0.60, 0.00), (0.21, 0.04, 0.38, 0.05)),
+        ):
+            for data, paper in (("navigate", nav), ("stitch", st)):
+                p = f"gpu/{dev}/{T1}/{agent}-"
+                out.append(Line("pointmaze-medium", data, f"{label}, paper profile ({dev})", "200k",
+                                Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"), None, paper))
     for data, short, paper in (("navigate", "nav", (0.50, 0.03, 0.60, 0.00)), ("stitch", "stitch",
                                                                               (0.21, 0.04, 0.38, 0.05))):
         p = f"{LEADS}/{short}-"

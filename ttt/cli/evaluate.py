@@ -61,7 +61,8 @@ from ttt.errors import TttError
     type=int,
     default=None,
     help="Episodes of a compiled call fine-tuned together each round: 1 suits a CPU; 0, the whole call at once, "
-    "fills a GPU. Default: 1 on a CPU, 0 on a GPU. Speed only: results do not depend on it beyond float rounding.",
+    "fills a GPU. Default: 1 on a CPU, 0 on a GPU or TPU. Speed only: results do not depend on it beyond float "
+    "rounding.",
 )
 @click.option(
     "--rule",
@@ -240,7 +241,9 @@ def eval_cmd(
     old = read_json(json_out) if json_out else None
     old_variants = old.get("variants", {}) if isinstance(old, dict) and isinstance(old.get("variants"), dict) else {}
     for name, setup in setups.items():
-        ttt_key = None if setup.ttt is None else {**_ttt_doc(setup), "value_cap": None}  # the pass changes no result
+        # Neither the value pass nor the bucket changes a result: keyed as constants (bucket as the CPU default, 1, so
+        # a file written before the default followed the backend keeps its key), so a file resumes on any machine.
+        ttt_key = None if setup.ttt is None else {**_ttt_doc(setup), "value_cap": None, "bucket": 1}
         vkey = digest(dict(checkpoint=ck, variant=name, tasks=task_ids, episodes=episodes, seed=seed, driver=driver,
                             backend=backend, ttt=ttt_key))  # fmt: skip
         prev = old_variants.get(name)
