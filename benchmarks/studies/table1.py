@@ -47,12 +47,17 @@ class Line:
     note: str = ""
 
 
+# The paper's Table 1 (tuned) on pointmaze-medium: (agent, label, navigate, stitch), each base, base s.e., critic,
+# critic s.e.; shared by the cpu-profile, the GPU paper-profile and the GC-IQL leads' lines.
+POINTMAZE_PAPER = (
+    ("gcbc", "GC-BC", (0.05, 0.01, 0.78, 0.02), (0.30, 0.09, 0.93, 0.02)),
+    ("gciql", "GC-IQL", (0.50, 0.03, 0.60, 0.00), (0.21, 0.04, 0.38, 0.05)),
+)
+
+
 def lines() -> list[Line]:
     out = []
-    for agent, label, nav, st in (
-        ("gcbc", "GC-BC", (0.05, 0.01, 0.78, 0.02), (0.30, 0.09, 0.93, 0.02)),
-        ("gciql", "GC-IQL", (0.50, 0.03, 0.60, 0.00), (0.21, 0.04, 0.38, 0.05)),
-    ):
+    for agent, label, nav, st in POINTMAZE_PAPER:
         for data, short, paper in (("navigate", "nav", nav), ("stitch", "stitch", st)):
             p = f"{LC}/{agent}-{short}-steps100000-variant"
             out.append(Line("pointmaze-medium", data, label, "100k", Row(p + "base"), Row(p + "ttt"),
@@ -63,16 +68,13 @@ def lines() -> list[Line]:
         # GPU_QUEUE_STEPS updates, 200k by default, so that a row fits one 15-minute lease), one line per device
         # folder, so that base and critic come from the same device's checkpoint.
         dev = gpu.parent.name
-        for agent, label, nav, st in (
-            ("gcbc", "GC-BC", (0.05, 0.01, 0.78, 0.02), (0.30, 0.09, 0.93, 0.02)),
-            ("gciql", "GC-IQL", (0.50, 0.03, 0.60, 0.00), (0.21, 0.04, 0.38, 0.05)),
-        ):
+        for agent, label, nav, st in POINTMAZE_PAPER:
             for data, paper in (("navigate", nav), ("stitch", st)):
                 p = f"gpu/{dev}/{T1}/{agent}-"
                 out.append(Line("pointmaze-medium", data, f"{label}, paper profile ({dev})", "200k",
                                 Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"), None, paper))
-    for data, short, paper in (("navigate", "nav", (0.50, 0.03, 0.60, 0.00)), ("stitch", "stitch",
-                                                                              (0.21, 0.04, 0.38, 0.05))):
+    _, _, iql_nav, iql_st = POINTMAZE_PAPER[1]
+    for data, short, paper in (("navigate", "nav", iql_nav), ("stitch", "stitch", iql_st)):
         p = f"{LEADS}/{short}-"
         out.append(Line("pointmaze-medium", data, "GC-IQL", "10k", Row(p + "base"), Row(p + "ttt"),
                         Row(p + "ttt-mc") if data == "navigate" else None, paper,
