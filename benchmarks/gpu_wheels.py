@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import lzma
 import sys
 import tarfile
 import zipfile
@@ -32,6 +33,16 @@ def pack(src: Path, out: Path) -> int:
         raise SystemExit(f"gpu_wheels: no *.whl in {src}; put the device's wheels there first")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
+    try:
+        _pack_into(tmp, wheels)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(out)  # atomic: a stopped pack leaves no half archive under the real name
+    return len(wheels)
+
+
+def _pack_into(tmp: Path, wheels: list[Path]) -> None:
     with tarfile.open(tmp, "w:xz", preset=9) as tar:
         for w in wheels:
             with zipfile.ZipFile(w) as z:
@@ -43,8 +54,6 @@ def pack(src: Path, out: Path) -> int:
                     t.size, t.mode = len(data), (info.external_attr >> 16) & 0o777 or 0o644
                     t.mtime = 0
                     tar.addfile(t, io.BytesIO(data))
-    tmp.replace(out)  # atomic: a stopped pack leaves no half archive under the real name
-    return len(wheels)
 
 
 def unpack(archive: Path, dest: Path) -> int:
@@ -85,12 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("archive", type=Path)
     u.add_argument("dest", type=Path)
     args = ap.parse_args(argv)
-    if args.cmd == "pack":
-        n = pack(args.src, args.out)
-        print(f"gpu_wheels: packed {n} wheels into {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
-    else:
-        n = unpack(args.archive, args.dest)
-        print(f"gpu_wheels: rebuilt {n} wheels in {args.dest}")
+    try:
+        if args.cmd == "pack":
+            n = pack(args.src, args.out)
+            print(f"gpu_wheels: packed {n} wheels into {args.out} ({args.out.stat().st_size / 1e6:.1f} MB)")
+        else:
+            n = unpack(args.archive, args.dest)
+            print(f"gpu_wheels: rebuilt {n} wheels in {args.dest}")
+    except (tarfile.TarError, zipfile.BadZipFile, lzma.LZMAError, OSError) as e:  # a damaged archive or wheel
+        raise SystemExit(f"gpu_wheels: {args.cmd} failed: {type(e).__name__}: {e}") from None
     return 0
 
 

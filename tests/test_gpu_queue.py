@@ -97,3 +97,11 @@ def test_wheels_pack_and_unpack_round_trip(tmp_path):
         gpu_wheels.pack(tmp_path / "empty", archive)
     with pytest.raises(SystemExit, match="does not exist"):
         gpu_wheels.unpack(tmp_path / "missing.tar.xz", dest)
+    bad = tmp_path / "bad.tar.xz"
+    bad.write_bytes(b"not an archive")
+    with pytest.raises(SystemExit, match="^gpu_wheels: unpack failed: ReadError"):
+        gpu_wheels.main(["unpack", str(bad), str(dest)])
+    (src / "broken-1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    with pytest.raises(SystemExit, match="^gpu_wheels: pack failed: BadZipFile"):
+        gpu_wheels.main(["pack", str(src), str(archive)])
+    assert not archive.with_name(archive.name + ".tmp").exists()  # the failed pack left no partial file
