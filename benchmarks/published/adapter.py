@@ -129,6 +129,39 @@ def make_cfg(code: Path, dataset: str, seed: int, steps: int, work_dir: Path, va
     return cfg
 
 
+def digest(path: Path) -> str:
+    """SHA-256 of a checkpoint file: the same digest means the same pre-trained parameters."""
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def adopt(done: list[dict], record: Path, pre: list[dict], seeds: list[int], tasks: list[int], episodes: int,
+          force: bool) -> tuple[list[dict], str | None]:
+    """Episodes the row's record holds and its log lacks (the log lost with a machine): (episodes, None) when they
+    may be adopted, ([], message) when not.
+
+    They are adopted when every seed's checkpoint digest in the record equals this machine's (`pre`), or with
+    `force` (after re-running some recorded episodes and finding they end the same way)."""
+    if not record.is_file():
+        return [], None
+    rec = json.loads(record.read_text())
+    have = {(d["seed"], d["task"], d["episode"]) for d in done}
+    extra = [d for d in rec.get("episodes_run", []) if d["seed"] in seeds and d["task"] in tasks
+             and d["episode"] < episodes and (d["seed"], d["task"], d["episode"]) not in have]
+    if not extra or force:
+        return extra, None
+    old = {p.get("seed"): p.get("params_sha256") for p in rec.get("pretrain", [])}
+    new = {p.get("seed"): p.get("params_sha256") for p in pre}
+    if all(old.get(s) is not None and old.get(s) == new.get(s) for s in {d["seed"] for d in extra}):
+        return extra, None
+    why = ("were run on checkpoints whose digests the record does not hold" if any(
+        old.get(d["seed"]) is None for d in extra) else "were run on checkpoints other than this machine's")
+    return [], (f"{record} holds {len(extra)} episodes that this run's log lacks, and they {why}; re-run a few "
+                f"recorded episodes (e.g. with --out elsewhere) to check they end the same way, then pass "
+                f"--adopt-record, or move the record aside to start the row afresh")
+
+
 def pretrain(code: Path, cfg: dict, log_path: Path) -> dict:
     """Run their main.py for one seed unless its checkpoint exists; return wall time and throughput."""
     import yaml
@@ -138,7 +171,11 @@ def pretrain(code: Path, cfg: dict, log_path: Path) -> dict:
     meta_path = work_dir / "pretrain.json"
     if ckpt.is_file() and meta_path.is_file():
         print(f"reusing {ckpt}", flush=True)
-        return json.loads(meta_path.read_text())
+        meta = json.loads(meta_path.read_text())
+        if "params_sha256" not in meta:  # checkpoints made before the digest was recorded
+            meta["params_sha256"] = digest(ckpt)
+            meta_path.write_text(json.dumps(meta, indent=1))
+        return meta
     work_dir.mkdir(parents=True, exist_ok=True)
     yaml_path = work_dir / "pretrain.yaml"
     yaml_path.write_text(yaml.safe_dump(cfg))
@@ -152,7 +189,7 @@ def pretrain(code: Path, cfg: dict, log_path: Path) -> dict:
     if rc != 0 or not ckpt.is_file():
         fail(f"their main.py failed for seed {cfg['seed']} (exit {rc}); see {log_path}")
     meta = {"seed": cfg["seed"], "steps": cfg["train_steps"], "wall_s": wall,
-            "updates_per_s": cfg["train_steps"] / wall, "checkpoint": str(ckpt)}
+            "updates_per_s": cfg["train_steps"] / wall, "checkpoint": str(ckpt), "params_sha256": digest(ckpt)}
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -385,6 +422,9 @@ def main() -> None:
     p.add_argument("--no-speedups", action="store_true",
                    help="run their evaluate() exactly as it is: no memoised optimiser, no shared static fields in deep "
                         "copies, no jitted value pass")
+    p.add_argument("--adopt-record", action="store_true",
+                   help="take the episodes a row's record holds and its log lacks (a log lost with a machine) even "
+                        "when the record cannot show they ran on the same checkpoints (digests missing or different)")
     p.add_argument("--record-only", action="store_true",
                    help="rewrite the records from the finished episodes' logs, run nothing (e.g. after a stop)")
     args = p.parse_args()
@@ -431,6 +471,15 @@ def main() -> None:
         done = [d for d in done if d["seed"] in args.seeds and d["task"] in args.tasks and d["episode"] < args.episodes]
         have = {(d["seed"], d["task"], d["episode"]) for d in done}
         rec_path = args.out / f"{args.dataset}__gciql__{variant}__{args.steps}.json"
+        extra, err = adopt(done, rec_path, pre, args.seeds, args.tasks, args.episodes, args.adopt_record)
+        if err:
+            fail(err)
+        if extra:  # a lost log: the record's episodes go back into it, so the run resumes after them
+            with open(log, "a") as f:
+                f.writelines(json.dumps(d) + "\n" for d in extra)
+            done += extra
+            have |= {(d["seed"], d["task"], d["episode"]) for d in extra}
+            print(f"{variant}: adopted {len(extra)} episodes from {rec_path} into {log}", flush=True)
         todo = [(s, t, e) for e in range(args.episodes) for s in args.seeds for t in args.tasks
                 if (s, t, e) not in have]
         if not todo or args.record_only:

@@ -1,0 +1,64 @@
+"""benchmarks/published/adapter.py's recovery of a lost episode log: a row's record gives its episodes back only when
+they provably ran on this machine's checkpoints (same digests), or when told to after a check by hand."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("published_adapter", ROOT / "benchmarks" / "published" / "adapter.py")
+adapter = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(adapter)  # stdlib at import time: their packages are imported inside functions
+
+
+def _ep(seed, task, ep, success=1.0):
+    return {"seed": seed, "task": task, "episode": ep, "success": success, "steps": 100, "wall_s": 1.0}
+
+
+def _record(path: Path, episodes, digests):
+    pre = [{"seed": s, "steps": 10, **({"params_sha256": d} if d else {})} for s, d in digests.items()]
+    path.write_text(json.dumps({"episodes_run": episodes, "pretrain": pre}))
+    return path
+
+
+def test_digest_is_of_the_bytes(tmp_path):
+    a, b, c = tmp_path / "a.pkl", tmp_path / "b.pkl", tmp_path / "c.pkl"
+    a.write_bytes(b"params")
+    b.write_bytes(b"params")
+    c.write_bytes(b"paramz")
+    assert adapter.digest(a) == adapter.digest(b) != adapter.digest(c)
+    assert adapter.digest(a) == hashlib.sha256(b"params").hexdigest()
+
+
+def test_no_record_nothing_to_adopt(tmp_path):
+    assert adapter.adopt([], tmp_path / "none.json", [], [0], [1], 3, False) == ([], None)
+
+
+def test_same_digests_adopt_only_what_the_log_lacks(tmp_path):
+    eps = [_ep(0, 1, 0), _ep(0, 2, 0, 0.0), _ep(1, 1, 0), _ep(0, 1, 1), _ep(0, 1, 5), _ep(2, 1, 0), _ep(0, 9, 0)]
+    rec = _record(tmp_path / "r.json", eps, {0: "aa", 1: "bb", 2: "cc"})
+    pre = [{"seed": 0, "params_sha256": "aa"}, {"seed": 1, "params_sha256": "bb"}]
+    done = [_ep(0, 1, 0)]
+    extra, err = adapter.adopt(done, rec, pre, seeds=[0, 1], tasks=[1, 2], episodes=3, force=False)
+    assert err is None
+    # not (0,1,0): in the log; not episode 5 (>= 3), seed 2 or task 9: outside the row asked for
+    assert sorted((d["seed"], d["task"], d["episode"]) for d in extra) == [(0, 1, 1), (0, 2, 0), (1, 1, 0)]
+
+
+def test_missing_or_different_digests_refuse_unless_forced(tmp_path):
+    eps = [_ep(0, 1, 0), _ep(1, 1, 0)]
+    pre = [{"seed": 0, "params_sha256": "aa"}, {"seed": 1, "params_sha256": "bb"}]
+    old = _record(tmp_path / "old.json", eps, {0: None, 1: None})  # made before digests were recorded
+    extra, err = adapter.adopt([], old, pre, [0, 1], [1], 3, False)
+    assert extra == [] and "digests the record does not hold" in err and "--adopt-record" in err
+    other = _record(tmp_path / "other.json", eps, {0: "aa", 1: "zz"})  # seed 1 retrained differently
+    extra, err = adapter.adopt([], other, pre, [0, 1], [1], 3, False)
+    assert extra == [] and "other than this machine's" in err
+    # only the seeds whose episodes are missing must match: seed 1's episode already in the log
+    extra, err = adapter.adopt([_ep(1, 1, 0)], other, pre, [0, 1], [1], 3, False)
+    assert err is None and [(d["seed"], d["task"]) for d in extra] == [(0, 1)]
+    extra, err = adapter.adopt([], old, pre, [0, 1], [1], 3, True)
+    assert err is None and len(extra) == 2
