@@ -49,6 +49,9 @@ def test_dry_run_runs_every_step(tmp_path):
     rows = json.loads((res / "table1" / "results.json").read_text())["rows"]
     assert {r["name"] for r in rows} == {"gcbc-base-navigate", "gcbc-ttt-navigate"}
     assert all(r["n_episodes"] == 1 for r in rows)
+    ant = json.loads((res / "table1-antmaze" / "results.json").read_text())["rows"]  # SAW on antmaze, after them
+    assert [(r["name"], r["dataset"], r["agent"], r["n_episodes"]) for r in ant] == [
+        ("saw-base-navigate", "antmaze-medium-navigate-v0", "saw", 1)]
     assert list((res / "pretrain").glob("*.json")), "no pre-training record (updates/s) was copied"
     meta = json.loads(next((res / "pretrain").glob("*.json")).read_text())
     assert meta["updates_per_s"] > 0
@@ -63,6 +66,7 @@ def test_dry_run_runs_every_step(tmp_path):
     assert third.returncode == 0 and "queue: complete" in third.stdout, third.stdout[-2000:]
     assert "table1 rows gcbc-base-navigate done before" in third.stdout, third.stdout[-2000:]
     assert "table1 rows gcbc-ttt-navigate done before" in third.stdout and "pretrain" not in third.stdout
+    assert "table1-antmaze rows saw-base-navigate done before" in third.stdout, third.stdout[-2000:]
     # Nothing was written into the repository's results.
     assert not (ROOT / "benchmarks" / "results" / "gpu" / "cpu-dry-run").exists()
 
