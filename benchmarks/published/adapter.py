@@ -437,7 +437,9 @@ def main() -> None:
     if any(t not in range(1, 6) for t in args.tasks):
         fail(f"tasks {args.tasks}: valid task ids are 1-5")
     family(args.dataset)
-    args.code = args.code.resolve()
+    # resolved before the chdir into their checkout below (a relative --out went into their checkout)
+    args.code, args.out, args.work, args.data_dir = (
+        a.resolve() for a in (args.code, args.out, args.work, args.data_dir))
     args.command = ("benchmarks/published/run.sh " + " ".join(
         f"--{k} {v}" for k, v in (("dataset", args.dataset), ("seeds", ",".join(map(str, args.seeds))),
                                   ("steps", args.steps), ("tasks", ",".join(map(str, args.tasks))),
