@@ -112,6 +112,33 @@ def test_table1_cells_name_a_different_episode_count():
     assert table1._pm(None, 150) == "not run yet"
 
 
+def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypatch):
+    """The published-code cell: the first run's records, then each rerun on other checkpoints (a subfolder) as its
+    own base -> critic; an unfinished row says how far it got."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import table1
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    monkeypatch.setattr(table1, "RES", tmp_path)
+    pattern = "published/toy-v0__gciql__*__10.json"
+    assert table1.published(None) == "-" and table1.published(pattern) == "not run"
+
+    def put(folder: Path, variant: str, mean, run: list, complete=True):
+        folder.mkdir(parents=True, exist_ok=True)
+        rec = dict(variant=variant, mean=mean, se=0.05, n_episodes=30, complete=complete, wall_s_per_episode=12.0,
+                   episodes_asked=3, seeds=[0, 1], tasks=[1, 2, 3, 4, 5], episodes_run=run,
+                   mean_episodes_run=sum(run) / max(len(run), 1))
+        (folder / f"toy-v0__gciql__{variant}__10.json").write_text(json.dumps(rec))
+
+    put(tmp_path / "published", "base", 0.2, [0.0] * 30)
+    put(tmp_path / "published", "ttt", None, [1.0, 0.0, 0.0, 0.0], complete=False)
+    assert table1.published(pattern) == (
+        "0.20 +- 0.05 (30 ep., 12 s/ep.) -> incomplete: 4 of 30 episodes run, 0.25")
+    put(tmp_path / "published" / "retrained", "base", 0.3, [0.0] * 30)
+    assert table1.published(pattern).endswith("; retrained: 0.30 +- 0.05 (30 ep., 12 s/ep.) -> not run")
+
+
 def _record(name: str, variant: str, success: list, alpha=None) -> dict:
     s = np.asarray(success, float)  # (seeds, tasks, episodes)
     per_seed = s.reshape(s.shape[0], -1).mean(1)

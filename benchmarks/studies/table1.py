@@ -28,6 +28,10 @@ from claims import RES, Row, load, replace_block, welch  # noqa: E402
 LC, T1, PM, LEADS = "learning-curves/evals", "table1/evals", "paper-main", "gciql-leads/evals"
 
 
+# The paper's SAW on antmaze-medium (Table 1), navigate and stitch: base, s.e., critic, s.e.
+SAW_ANTMAZE = ((0.97, 0.01, 0.97, 0.01), (0.98, 0.01, 0.97, 0.01))
+
+
 def _pub(env: str, data: str, steps: int) -> str:
     """The glob of the published code's GC-IQL records for one dataset and pre-training length."""
     return f"published/{env}-{data}-v0__gciql__*__{steps}.json"
@@ -94,7 +98,7 @@ def lines() -> list[Line]:
     for agent, label, nav, st in (
         ("gcbc", "GC-BC", (0.29, 0.02, 0.48, 0.03), (0.47, 0.05, 0.76, 0.03)),
         ("gciql", "GC-IQL", (0.64, 0.05, 0.85, 0.02), (0.24, 0.05, 0.68, 0.05)),
-        ("saw", "SAW", (0.97, 0.01, 0.97, 0.01), (0.98, 0.01, 0.97, 0.01)),
+        ("saw", "SAW", *SAW_ANTMAZE),
     ):
         for data, paper in (("navigate", nav), ("stitch", st)):
             p = f"{T1}/{agent}-"
@@ -105,6 +109,13 @@ def lines() -> list[Line]:
                 label3 = "GC-IQL, alpha 3 at fine-tuning"
                 out.append(Line("antmaze-medium", data, label3, "100k", Row(f"{p}base-{data}"),
                                 Row(f"{p}ttt-alpha3-{data}"), None, paper, note="not the paper's loss"))  # fmt: skip
+    for gpu in sorted(RES.glob("gpu/*/table1-antmaze")):
+        # The GPU queue's SAW antmaze rows: pipelines/table1.toml as the CPU runs it (cpu profile, 100k), on a GPU.
+        dev = gpu.parent.name
+        for data, paper in zip(("navigate", "stitch"), SAW_ANTMAZE, strict=True):
+            p = f"gpu/{dev}/table1-antmaze/evals/saw-"
+            out.append(Line("antmaze-medium", data, f"SAW, cpu profile ({dev})", "100k", Row(f"{p}base-{data}"),
+                            Row(f"{p}ttt-{data}"), Row(f"{p}ttt-mc-{data}") if data == "navigate" else None, paper))
     return out
 
 
@@ -127,12 +138,23 @@ def published(pattern: str | None) -> str:
     `se`, `n_episodes`, `complete`, `wall_s_per_episode`), if run."""
     if pattern is None:
         return "-"
-    rows = {}
-    for p in sorted(RES.glob(pattern)):
-        d = json.loads(p.read_text())
-        rows[d.get("variant", p.stem)] = d
-    if not rows:
+    # the first run's records, then any rerun on other checkpoints in a subfolder (e.g. retrained/: the same seeds
+    # pre-trained again on a replacement machine, whose parameters differ), each shown as its own base -> critic
+    folder, name = pattern.rsplit("/", 1)
+    runs = []
+    for sub in ("", *sorted(p.name for p in (RES / folder).glob("*/") if p.is_dir())):
+        rows = {}
+        for p in sorted((RES / folder / sub).glob(name)):
+            d = json.loads(p.read_text())
+            rows[d.get("variant", p.stem)] = d
+        if rows:
+            runs.append((sub, rows))
+    if not runs:
         return "not run"
+    return "; ".join((f"{sub}: " if sub else "") + _published_run(rows) for sub, rows in runs)
+
+
+def _published_run(rows: dict) -> str:
     def cell(v: str) -> str:
         d = rows.get(v)
         if d is None:
