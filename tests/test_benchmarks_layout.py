@@ -112,6 +112,22 @@ def test_table1_cells_name_a_different_episode_count():
     assert table1._pm(None, 150) == "not run yet"
 
 
+def test_rows_pair_only_on_one_checkpoint():
+    """Two rows compare episode by episode only with the same episode count and, where both records hold it, the same
+    checkpoint digest: the same configuration pre-trained again on another machine is another checkpoint."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import claims
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    a, b = {"n": 150, "sha": "aa"}, {"n": 150, "sha": "aa"}
+    assert claims.paired(a, b) and claims.unpaired_note(a, b) == ""
+    assert not claims.paired(a, {"n": 30, "sha": "aa"})
+    assert not claims.paired(a, {"n": 150, "sha": "bb"})
+    assert "different checkpoints" in claims.unpaired_note(a, {"n": 150, "sha": "bb"})
+    assert claims.paired(a, {"n": 150, "sha": None}) and claims.unpaired_note(a, {"n": 150, "sha": None}) == ""
+
+
 def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypatch):
     """The published-code cell: the first run's records, then each rerun on other checkpoints (a subfolder) as its
     own base -> critic; an unfinished row says how far it got."""
@@ -171,6 +187,13 @@ def test_test_time_methods_verdicts_by_hand():
     zero = _record("z", "ttt", [[[0, 0]], [[0, 0]], [[0, 0]]])  # no spread on either side: p undefined, printed '-'
     line = ttm.verdict_table([_record("b0", "base", [[[0, 0]], [[0, 0]], [[0, 0]]]), zero])[2]
     assert "| - / - | no difference |" in line
+    # the same checkpoint path pre-trained again elsewhere (another state digest) is another checkpoint: not paired
+    again = {**_record("t2", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]]), "checkpoint_sha256": "other"}
+    pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in ttm.verdict_table([base, again])[2:]]
+    assert pairs == []
+    same = {**base, "checkpoint_sha256": "other"}
+    pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in ttm.verdict_table([same, again])[2:]]
+    assert pairs == [("b", "t2")]
 
 
 def test_test_time_methods_pools_rows_over_training_seeds_by_hand():

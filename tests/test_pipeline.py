@@ -5,6 +5,7 @@ evaluation from its finished tasks, `ttt report` rebuilding, and the stage that 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,6 +72,8 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     recs = {r["run"]["name"]: r for r in doc["records"]}
     assert recs["critic"]["run"]["K"] == 500 and len(recs["critic"]["rounds"]["n_selected"][0][0][0]) == 2
     assert max(x for s in recs["critic"]["rounds"]["n_selected"] for t in s for e in t for x in e) > 0
+    ckpt_meta = json.loads((Path(recs["base"]["checkpoint"]) / "meta.json").read_text())
+    assert {r["checkpoint_sha256"] for r in recs.values()} == {ckpt_meta["state_sha256"]}  # one checkpoint, by content
     header = (out / "results.csv").read_text().splitlines()[0]
     assert header.startswith("name,group,dataset,agent,variant") and "welch_p" in header
     report = (out / "report.md").read_text()

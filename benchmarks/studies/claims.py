@@ -69,7 +69,15 @@ def load(row: Row, n: int | None = None) -> dict | None:
         d = d["variants"][row.variant]
     s = np.asarray(d["success"], float)  # (seeds, tasks, episodes)
     return {"per_seed": s.reshape(s.shape[0], -1).mean(1), "episodes": s.reshape(-1), "n": s.size,
-            "shape": "x".join(str(k) for k in s.shape), "command": command(path, d), "step": d.get("checkpoint_step")}
+            "shape": "x".join(str(k) for k in s.shape), "command": command(path, d), "step": d.get("checkpoint_step"),
+            "sha": d.get("checkpoint_sha256")}
+
+
+def paired(a: dict, b: dict) -> bool:
+    """Two loaded rows ran the same episodes on the same checkpoint: the same count, and the same state digest
+    where both records hold one (records before 27 Nov 2026 do not; a path alone does not show it, since the same
+    configuration pre-trained on another machine can differ)."""
+    return a["n"] == b["n"] and not (a.get("sha") and b.get("sha") and a["sha"] != b["sha"])
 
 
 def _counts(row: Row) -> set[int]:
@@ -171,13 +179,20 @@ def table(claims: list[Claim]) -> str:
         n = A["shape"] if A["shape"] == B["shape"] else f"{A['shape']} / {B['shape']}"
         cmd = _merge_commands(A["command"], B["command"])
         diff = B["per_seed"].mean() - A["per_seed"].mean()
-        paired = A["n"] == B["n"]
-        p_ep = welch(A["episodes"], B["episodes"]) if paired else float("nan")
+        p_ep = welch(A["episodes"], B["episodes"]) if paired(A, B) else float("nan")
         lines.append(
             f"| {c.claim} | {c.setting} | {c.paper} | {c.a.label}: {fmt(A)} | {c.b.label}: {fmt(B)} | {n} | "
-            f"{diff:+.2f} | {welch(A['per_seed'], B['per_seed']):.3f} / {p_ep:.3f} | {verdict(c, A, B)} | {cmd} |"
+            f"{diff:+.2f} | {welch(A['per_seed'], B['per_seed']):.3f} / {p_ep:.3f} | {verdict(c, A, B)}"
+            f"{unpaired_note(A, B)} | {cmd} |"
         )
     return "\n".join(lines)
+
+
+def unpaired_note(a: dict, b: dict) -> str:
+    """A note for rows whose records ran on different checkpoints (different state digests)."""
+    if a.get("sha") and b.get("sha") and a["sha"] != b["sha"]:
+        return " (not paired: the two rows ran on different checkpoints)"
+    return ""
 
 
 def _merge_commands(a: str, b: str) -> str:

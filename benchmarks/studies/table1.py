@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from claims import RES, Row, load, replace_block, welch  # noqa: E402
+from claims import RES, Row, load, paired, replace_block, unpaired_note, welch  # noqa: E402
 
 LC, T1, PM, LEADS = "learning-curves/evals", "table1/evals", "paper-main", "gciql-leads/evals"
 
@@ -177,10 +177,11 @@ def verdict(line: Line, base: dict | None, critic: dict | None) -> str:
     two_se = 2 * math.hypot(_se(base), _se(critic))
     shown = "no difference" if abs(diff) <= two_se or diff == 0 else ("gain" if diff > 0 else "loss")
     p_seed = welch(base["per_seed"], critic["per_seed"])
-    p_ep = welch(base["episodes"], critic["episodes"]) if base["n"] == critic["n"] else float("nan")
+    p_ep = welch(base["episodes"], critic["episodes"]) if paired(base, critic) else float("nan")
     ok = (shown == "gain") if paper_gain else (shown == "no difference")
     word = "reproduced" if ok else "not reproduced"
-    return f"{word} ({shown}, {diff:+.2f}; Welch p {p_seed:.2f} seeds / {p_ep:.2f} episodes)"
+    note = unpaired_note(base, critic)
+    return f"{word} ({shown}, {diff:+.2f}; Welch p {p_seed:.2f} seeds / {p_ep:.2f} episodes){note}"
 
 
 def records(ln: Line) -> tuple[dict | None, dict | None, dict | None]:

@@ -145,7 +145,9 @@ def verdict_table(records: list[dict]) -> list[str]:
            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     groups: dict[str, list[dict]] = {}
     for r in records:
-        groups.setdefault(r["checkpoint"], []).append(r)
+        # one checkpoint: the same path AND, where the records hold it, the same state digest (the same configuration
+        # pre-trained again on another machine can differ; its rows are not paired with the first machine's)
+        groups.setdefault((r["checkpoint"], r.get("checkpoint_sha256")), []).append(r)
     for group in groups.values():
         for va, vb in PAIRS:
             for a in (r for r in group if r["run"]["variant"] == va):
