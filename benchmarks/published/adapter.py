@@ -444,6 +444,8 @@ def main() -> None:
         f"--{k} {v}" for k, v in (("dataset", args.dataset), ("seeds", ",".join(map(str, args.seeds))),
                                   ("steps", args.steps), ("tasks", ",".join(map(str, args.tasks))),
                                   ("episodes", args.episodes), ("variants", args.variants))))
+    if args.out != DEFAULT_OUT.resolve():  # a rerun's own folder (e.g. retrained/)
+        args.command += f" --out {os.path.relpath(args.out, ROOT)}"
     check_setup(args.code, args.dataset, args.data_dir)
     os.chdir(args.code)
     sys.path.insert(0, str(args.code))
