@@ -208,6 +208,7 @@ def test_test_time_methods_pools_rows_over_training_seeds_by_hand():
               _record("only-here", "ttgs", [[[1, 1, 1, 1]]])]  # fmt: skip
     for r in second:
         r["checkpoint"] = "ck2"
+        r["run"].update(chunk=20, bucket=None)  # batched differently: speed only, still poolable
     base, ttt = ttm.pool([first, second])  # "only-here" is not in both files
     assert base["per_seed"] == [0.0, 0.5, 0.0] and math.isclose(base["mean"], 1 / 6)
     assert math.isclose(ttt["mean"], 5 / 6) and math.isclose(ttt["se"], np.std([1, 0.5, 1], ddof=1) / 3**0.5)

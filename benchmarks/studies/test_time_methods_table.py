@@ -86,8 +86,9 @@ def pool(files: list[list[dict]]) -> list[dict]:
     return out
 
 
-# Run keys that may differ between pooled files: the training seeds and how many episodes each seed ran.
-_POOL_FREE = ("seeds", "train_seed", "episodes", "eval_seed")
+# Run keys that may differ between pooled files: the training seeds, how many episodes each seed ran, and how the
+# episodes were batched into calls (chunk, bucket: speed only, in no evaluation key).
+_POOL_FREE = ("seeds", "train_seed", "episodes", "eval_seed", "chunk", "bucket")
 
 
 def _ttgs_last(r: dict, key: str) -> np.ndarray | None:
