@@ -215,15 +215,15 @@ class _NumpyWhereOnce:
     computed once per array object and then returned again (`SPEEDUPS`, the fourth)."""
 
     def __init__(self, numpy):
-        self._np, self._last = numpy, (None, None)
+        import jax
+
+        self._np, self._array, self._last = numpy, jax.Array, (None, None)  # jax imported once, not per call
 
     def __getattr__(self, name):
         return getattr(self._np, name)
 
     def where(self, *args, **kwargs):
-        import jax
-
-        if len(args) != 1 or kwargs or not isinstance(args[0], jax.Array):
+        if len(args) != 1 or kwargs or not isinstance(args[0], self._array):
             return self._np.where(*args, **kwargs)
         if self._last[0] is not args[0]:
             self._last = (args[0], self._np.where(args[0]))  # the reference kept: its id cannot be reused

@@ -77,7 +77,12 @@ def paired(a: dict, b: dict) -> bool:
     """Two loaded rows ran the same episodes on the same checkpoint: the same count, and the same state digest
     where both records hold one (records before 27 Nov 2026 do not; a path alone does not show it, since the same
     configuration pre-trained on another machine can differ)."""
-    return a["n"] == b["n"] and not (a.get("sha") and b.get("sha") and a["sha"] != b["sha"])
+    return a["n"] == b["n"] and not _other_checkpoint(a, b)
+
+
+def _other_checkpoint(a: dict, b: dict) -> bool:
+    """Both records hold a checkpoint digest, and they differ."""
+    return bool(a.get("sha") and b.get("sha") and a["sha"] != b["sha"])
 
 
 def _counts(row: Row) -> set[int]:
@@ -190,9 +195,7 @@ def table(claims: list[Claim]) -> str:
 
 def unpaired_note(a: dict, b: dict) -> str:
     """A note for rows whose records ran on different checkpoints (different state digests)."""
-    if a.get("sha") and b.get("sha") and a["sha"] != b["sha"]:
-        return " (not paired: the two rows ran on different checkpoints)"
-    return ""
+    return " (not paired: the two rows ran on different checkpoints)" if _other_checkpoint(a, b) else ""
 
 
 def _merge_commands(a: str, b: str) -> str:
