@@ -30,6 +30,8 @@
 # When the tree and the wheels pass the tool's 64 MiB, carry them packed (the queue rebuilds .whl/ from it):
 #   python benchmarks/gpu_wheels.py pack .whl .whlxz/wheels.tar.xz   (here, once), then carry=[".whlxz"]
 #   then here: tar xzf <files_at>/results.tgz   (in the repository root), and commit benchmarks/results/gpu/
+# GPU_QUEUE_ONLY="table1" runs only the named steps (a new kind of card would otherwise time the speed steps again
+# before any Table-1 row); a row recorded on any device counts as done.
 # Here, on a CPU, every step with tiny sizes in a scratch directory (what tests/test_gpu_queue.py runs):
 #   bash benchmarks/gpu_queue.sh --dry-run [SCRATCH]
 #   bash benchmarks/gpu_queue.sh --plan          # the steps, their budgets and what queue.json says is done
@@ -46,12 +48,14 @@ case "${1:-}" in
 esac
 t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
-STEPS="updates episode batched table1"
+STEPS=${GPU_QUEUE_ONLY:-updates episode batched table1}  # GPU_QUEUE_ONLY="table1": skip the speed steps (a new kind of
+# device would otherwise time them again before any Table-1 row)
+for s in $STEPS; do case $s in updates|episode|batched|table1) ;; *) echo "queue: unknown step $s in GPU_QUEUE_ONLY (valid: updates episode batched table1)" >&2; exit 2 ;; esac; done
 declare -A CAP=([updates]=240 [episode]=300 [batched]=240 [table1]=$TOTAL_S)
 # Table-1 rows in groups that share a checkpoint, in the order they run: GC-IQL navigate before the stitch rows (is
 # GC-IQL's missing gain a matter of scale? issue 37). A group whose rows all have records is skipped before any
 # pre-training (a fresh machine has no checkpoints; the pipeline would pre-train before finding the records). A row
-# counts as done when any record of it exists: after changing GPU_QUEUE_STEPS, move the old records aside.
+# counts as done when any record of it exists, on any device: after changing GPU_QUEUE_STEPS, move the old records aside.
 TABLE1_GROUPS="gcbc-base-navigate,gcbc-ttt-navigate gciql-base-navigate,gciql-ttt-navigate gcbc-base-stitch,gcbc-ttt-stitch gciql-base-stitch,gciql-ttt-stitch"
 # Then pipelines/table1.toml's SAW rows on antmaze (their own folder: table1.toml's row names repeat paper-main's).
 ANT_GROUPS="saw-base-navigate,saw-ttt-mc-navigate,saw-ttt-navigate saw-base-stitch,saw-ttt-stitch"
@@ -139,6 +143,11 @@ if [ "$mode" = plan ]; then
 fi
 
 mkdir -p "$R" .gpu-queue
+if [ "$mode" = run ] && [ -d .gpu-queue/results ]; then
+  # A warm machine keeps .gpu-queue/ (ignored) but takes the results folder from the tree just sent: restore what
+  # an earlier call wrote and the session has not unpacked yet, without overwriting the tree's files.
+  cp -rn .gpu-queue/results/. "$R"/
+fi
 touch .gpu-queue/stamp
 "$PY" -c "import jax, ogbench, mujoco; print('queue on', jax.devices(), 'jax', jax.__version__, 'mujoco', mujoco.__version__)" || exit 1
 
@@ -178,7 +187,8 @@ run_step() {  # run_step NAME: within min(its cap, the call's time left, the que
                          $(for g in $ANT_GROUPS; do echo "table1:table1-antmaze:$g"; done); do
               IFS=: read -r pipe folder group <<<"$entry"
               if [ "$pipe" = table1 ]; then sets=("${ANT_SETS[@]}"); else sets=("${TABLE1_SETS[@]}"); fi
-              todo=$(for r in ${group//,/ }; do ls "$R/$folder"/evals/"$r"-*.json >/dev/null 2>&1 || echo "$r"; done | paste -sd,)
+              # a row recorded on any device is done (the records do not depend on the card)
+              todo=$(for r in ${group//,/ }; do ls "$(dirname "$R")"/*/"$folder"/evals/"$r"-*.json >/dev/null 2>&1 || echo "$r"; done | paste -sd,)
               [ -n "$todo" ] || { echo "queue: $folder rows $group done before"; continue; }
               g=$((cap - ($(date +%s) - t)))
               [ "$g" -ge 30 ] || { rc=124; break; }
@@ -201,6 +211,7 @@ run_step() {  # run_step NAME: within min(its cap, the call's time left, the que
 for s in $STEPS; do run_step "$s" 2>&1 | tee -a "$OUT/queue.log"; done
 if [ "$mode" = run ]; then
   find "$R" -newer .gpu-queue/stamp -type f | tar czf "$OUT/results.tgz" -T -
+  mkdir -p .gpu-queue/results && cp -r "$R"/. .gpu-queue/results/  # for the next call on this machine
   echo "queue: packed $(tar tzf "$OUT/results.tgz" | wc -l) files into results.tgz after $(($(date +%s) - t0)) s"
 fi
 all=1

@@ -67,16 +67,19 @@ def lines() -> list[Line]:
             out.append(Line("pointmaze-medium", data, label, "100k", Row(p + "base"), Row(p + "ttt"),
                             Row(p + "ttt-mc") if data == "navigate" else None, paper,
                             published=_pub("pointmaze-medium", data, 100000) if agent == "gciql" else None))
-    for gpu in sorted(RES.glob("gpu/*/table1")):
-        # The GPU queue's paper-profile rows (benchmarks/gpu_queue.sh: OGBench's 512x3 networks and batch 1024,
-        # GPU_QUEUE_STEPS updates, 200k by default, so that a row fits one 15-minute lease), one line per device
-        # folder, so that base and critic come from the same device's checkpoint.
-        dev = gpu.parent.name
-        for agent, label, nav, st in POINTMAZE_PAPER:
-            for data, paper in (("navigate", nav), ("stitch", st)):
-                p = f"gpu/{dev}/{T1}/{agent}-"
-                out.append(Line("pointmaze-medium", data, f"{label}, paper profile ({dev})", "200k",
-                                Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"), None, paper))
+    devices = sorted(g.parent.name for g in RES.glob("gpu/*/table1"))
+    for agent, label, nav, st in POINTMAZE_PAPER if devices else ():
+        for data, paper in (("navigate", nav), ("stitch", st)):
+            # The GPU queue's paper-profile rows (benchmarks/gpu_queue.sh: OGBench's 512x3 networks and batch 1024,
+            # GPU_QUEUE_STEPS updates, 200k by default, so that a row fits one 15-minute lease). A lease may get
+            # another kind of card, so each line is read from the device folder that holds it (critic record first,
+            # then base); base and critic from that one folder, which holds the checkpoint they share.
+            held = [d for kind in ("ttt", "base") for d in devices
+                    if any(RES.glob(f"gpu/{d}/{T1}/{agent}-{kind}-{data}-*.json"))]  # fmt: skip
+            dev = held[0] if held else "*"
+            p = f"gpu/{dev}/{T1}/{agent}-"
+            out.append(Line("pointmaze-medium", data, f"{label}, paper profile" + (f" ({dev})" if held else ""),
+                            "200k", Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"), None, paper))
     _, _, iql_nav, iql_st = POINTMAZE_PAPER[1]
     for data, short, paper in (("navigate", "nav", iql_nav), ("stitch", "stitch", iql_st)):
         p = f"{LEADS}/{short}-"
