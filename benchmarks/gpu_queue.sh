@@ -28,7 +28,8 @@
 # "queue: complete" (calls in quick succession keep the warm machine and its checkpoints):
 #   run(command="bash benchmarks/gpu_queue.sh 570", carry=[".whl"], timeout_s=600)   (or carry=[".whlxz"], below)
 # When the tree and the wheels pass the tool's 64 MiB, carry them packed (the queue rebuilds .whl/ from it):
-#   python benchmarks/gpu_wheels.py pack .whl .whlxz/wheels.tar.xz   (here, once), then carry=[".whlxz"]
+#   python benchmarks/gpu_wheels.py pack .whl .whlxz/wheels.tar.xz --drop 'ogbench/manipspace/descriptions/*/assets/*'
+#   (here, once; how to fetch the wheels: benchmarks/gpu_wheels.py's docstring), then carry=[".whlxz"]
 #   then here: tar xzf <files_at>/results.tgz   (in the repository root), and commit benchmarks/results/gpu/
 # GPU_QUEUE_ONLY="table1" runs only the named steps (a new kind of card would otherwise time the speed steps again
 # before any Table-1 row); a row recorded on any device counts as done.

@@ -97,6 +97,19 @@ def test_wheels_pack_and_unpack_round_trip(tmp_path):
             assert [i.external_attr >> 16 & 0o777 for i in a.infolist()] == [i.external_attr >> 16 & 0o777
                                                                              for i in b.infolist()]
     assert not list(dest.glob("*.tmp"))
+    # --drop: the matching members and their RECORD lines go; the rest stays as it was.
+    record = b"pkg/__init__.py,sha256=a,6\npkg/bin/tool,sha256=b,10\npkg-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(src / "rec-1.0-py3-none-any.whl", "w") as z:
+        z.writestr("pkg/__init__.py", b"x = 1\n")
+        z.writestr("pkg/bin/tool", b"#!/bin/sh\n")
+        z.writestr("pkg-1.0.dist-info/RECORD", record)
+    assert gpu_wheels.main(["pack", str(src), str(archive), "--drop", "pkg/bin/*"]) == 0
+    assert gpu_wheels.unpack(archive, dest) == 3
+    with zipfile.ZipFile(dest / "rec-1.0-py3-none-any.whl") as z:
+        assert z.namelist() == ["pkg/__init__.py", "pkg-1.0.dist-info/RECORD"]
+        assert z.read("pkg-1.0.dist-info/RECORD") == b"pkg/__init__.py,sha256=a,6\npkg-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(dest / "pkg-1.0-py3-none-any.whl") as z:
+        assert "pkg/bin/tool" not in z.namelist() and z.read("pkg-1.0.dist-info/RECORD") == b"r" * 500
     with pytest.raises(SystemExit, match="no \\*.whl"):
         gpu_wheels.pack(tmp_path / "empty", archive)
     with pytest.raises(SystemExit, match="does not exist"):
