@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_queue.sh"
 
 
-def _run(*args: str, tmp: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+def _run(*args: str, tmp: Path | None = None, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT), **extra_env}
     return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)  # fmt: skip
 
@@ -28,6 +28,11 @@ def test_usage_and_plan():
     plan = _run("--plan")
     assert plan.returncode == 0, plan.stderr
     assert [ln.split(":")[0] for ln in plan.stdout.splitlines()] == ["updates", "episode", "batched", "table1"]
+    only = _run("--plan", GPU_QUEUE_ONLY="table1")  # a new kind of card: Table 1 alone
+    assert only.returncode == 0, only.stderr
+    assert [ln.split(":")[0] for ln in only.stdout.splitlines()] == ["table1"]
+    wrong = _run("--plan", GPU_QUEUE_ONLY="table1 speed")
+    assert wrong.returncode == 2 and "unknown step speed" in wrong.stderr and "valid: updates" in wrong.stderr
 
 
 @pytest.mark.slow
