@@ -51,7 +51,12 @@ t0=$(date +%s)
 left() { echo $((budget - ($(date +%s) - t0))); }
 STEPS=${GPU_QUEUE_ONLY:-updates episode batched table1}  # GPU_QUEUE_ONLY="table1": skip the speed steps (a new kind of
 # device would otherwise time them again before any Table-1 row)
-for s in $STEPS; do case $s in updates|episode|batched|table1) ;; *) echo "queue: unknown step $s in GPU_QUEUE_ONLY (valid: updates episode batched table1)" >&2; exit 2 ;; esac; done
+for s in $STEPS; do
+  case $s in
+    updates|episode|batched|table1) ;;
+    *) echo "queue: unknown step $s in GPU_QUEUE_ONLY (valid: updates episode batched table1)" >&2; exit 2 ;;
+  esac
+done
 declare -A CAP=([updates]=240 [episode]=300 [batched]=240 [table1]=$TOTAL_S)
 # Table-1 rows in groups that share a checkpoint, in the order they run: GC-IQL navigate before the stitch rows (is
 # GC-IQL's missing gain a matter of scale? issue 37). A group whose rows all have records is skipped before any

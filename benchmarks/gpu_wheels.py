@@ -63,11 +63,15 @@ def _dropped(name: str, drop: tuple[str, ...]) -> bool:
 
 
 def _pack_into(tmp: Path, wheels: list[Path], drop: tuple[str, ...]) -> None:
+    unused = set(drop)  # a glob that matches no member is a typo: refused, rather than a silently larger archive
     with tarfile.open(tmp, "w:xz", preset=9) as tar:
         for w in wheels:
             with zipfile.ZipFile(w) as z:
                 for info in z.infolist():
-                    if info.is_dir() or _dropped(info.filename, drop):
+                    if info.is_dir():
+                        continue
+                    if _dropped(info.filename, drop):
+                        unused -= {g for g in unused if fnmatch.fnmatchcase(info.filename, g)}
                         continue
                     data = z.read(info)
                     if drop and info.filename.endswith(".dist-info/RECORD"):  # RECORD: path,hash,size per line
@@ -77,6 +81,9 @@ def _pack_into(tmp: Path, wheels: list[Path], drop: tuple[str, ...]) -> None:
                     t.size, t.mode = len(data), (info.external_attr >> 16) & 0o777 or 0o644
                     t.mtime = 0
                     tar.addfile(t, io.BytesIO(data))
+    if unused:
+        raise SystemExit(f"gpu_wheels: --drop {', '.join(sorted(unused))} matches no member of the wheels in "
+                         f"{wheels[0].parent}; a glob is matched against member paths such as 'ogbench/__init__.py'")
 
 
 def unpack(archive: Path, dest: Path) -> int:

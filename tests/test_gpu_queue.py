@@ -115,6 +115,10 @@ def test_wheels_pack_and_unpack_round_trip(tmp_path):
         assert z.read("pkg-1.0.dist-info/RECORD") == b"pkg/__init__.py,sha256=a,6\npkg-1.0.dist-info/RECORD,,\n"
     with zipfile.ZipFile(dest / "pkg-1.0-py3-none-any.whl") as z:
         assert "pkg/bin/tool" not in z.namelist() and z.read("pkg-1.0.dist-info/RECORD") == b"r" * 500
+    before = archive.read_bytes()
+    with pytest.raises(SystemExit, match="^gpu_wheels: --drop pkg/nothing/\\* matches no member"):
+        gpu_wheels.main(["pack", str(src), str(archive), "--drop", "pkg/bin/*", "--drop", "pkg/nothing/*"])
+    assert archive.read_bytes() == before and not list(archive.parent.glob("*.tmp"))  # nothing half-written
     with pytest.raises(SystemExit, match="no \\*.whl"):
         gpu_wheels.pack(tmp_path / "empty", archive)
     with pytest.raises(SystemExit, match="does not exist"):
