@@ -133,3 +133,27 @@ def test_a_group_row_that_does_not_sweep_the_key_is_a_labelled_reference_line(tm
     labels = plot_curves([r for r in sub if "c_rel" in r["grid"]], "c_rel", tmp_path / "c.png", "C", refs=refs)
     assert labels == ["GC-TTT, critic", "base (no TTT)", "reward: 0.80 +- 0.10"]
     assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_results_json_has_readable_rows_and_one_line_per_record(tmp_path):
+    """results.json: rows indented, each record (with its per-round diagnostics) on one line, NaN as null; it reads
+    back to the same rows and records, and `load_results` accepts it."""
+    import json
+    import math
+
+    from ttt.pipeline.report import load_results, write_results
+
+    recs = [_record(10_000, v, m) for v, m in (("base", 0.3), ("ttt", 0.9))]
+    recs[1]["rounds"] = dict(active=[[[[1], [1]]]], spearman=[[[[float("nan"), 0.5]]]])
+    write_results(recs, tmp_path)
+    text = (tmp_path / "results.json").read_text()
+    lines = text.splitlines()
+    record_lines = [ln for ln in lines if ln.startswith('{"run":')]
+    assert len(record_lines) == 2 and all(json.loads(ln.rstrip(",")) for ln in record_lines)
+    assert '\n   "name": "c-steps10000-variantbase",\n' in text  # the rows stay one key per line
+    doc = load_results(tmp_path)
+    assert doc["rows"] == json.loads(json.dumps(rows(recs)).replace("NaN", "null"))
+    assert doc["records"][1]["rounds"]["spearman"] == [[[[None, 0.5]]]]
+    assert not any(isinstance(v, float) and math.isnan(v) for v in doc["rows"][1].values())
+    write_results([], tmp_path)
+    assert json.loads((tmp_path / "results.json").read_text()) == dict(rows=[], records=[])

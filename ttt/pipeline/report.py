@@ -108,8 +108,16 @@ def rows(records: list[dict]) -> list[dict]:
     return out
 
 
+def results_text(rows: list[dict], records: list[dict]) -> str:
+    """results.json's text: the rows indented (read by people), each record on one line (they repeat the episodes'
+    per-round diagnostics, which indented take three times the bytes: results files travel with the tree)."""
+    head = dumps(dict(rows=rows), indent=1)[:-2]  # without the closing "\n}"
+    body = ",\n".join(dumps(r, separators=(",", ":")) for r in records)
+    return f'{head},\n "records": [\n{body}\n ]\n}}\n' if records else f'{head},\n "records": []\n}}\n'
+
+
 def write_results(records: list[dict], out: Path) -> None:
-    atomic_write_text(out / "results.json", dumps(dict(rows=rows(records), records=records), indent=1))
+    atomic_write_text(out / "results.json", results_text(rows(records), records))
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
     w.writeheader()
