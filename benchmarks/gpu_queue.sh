@@ -153,6 +153,9 @@ if [ "$mode" = run ] && [ -d .gpu-queue/results ]; then
   # A warm machine keeps .gpu-queue/ (ignored) but takes the results folder from the tree just sent: restore what
   # an earlier call wrote and the session has not unpacked yet, without overwriting the tree's files.
   cp -rn .gpu-queue/results/. "$R"/
+  # queue.json is the exception: per step, the entry updated last wins (a committed, older queue.json in the tree
+  # must not hide the seconds and states an earlier call on this machine recorded).
+  [ -f .gpu-queue/results/queue.json ] && $PY benchmarks/gpu_queue_merge.py .gpu-queue/results/queue.json "$R/queue.json"
 fi
 touch .gpu-queue/stamp
 "$PY" -c "import jax, ogbench, mujoco; print('queue on', jax.devices(), 'jax', jax.__version__, 'mujoco', mujoco.__version__)" || exit 1

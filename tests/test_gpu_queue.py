@@ -131,3 +131,24 @@ def test_wheels_pack_and_unpack_round_trip(tmp_path):
     with pytest.raises(SystemExit, match="^gpu_wheels: pack failed: BadZipFile"):
         gpu_wheels.main(["pack", str(src), str(archive)])
     assert not archive.with_name(archive.name + ".tmp").exists()  # the failed pack left no partial file
+
+
+def test_warm_machine_queue_json_merge(tmp_path):
+    """On a warm machine the queue.json an earlier call kept merges into the tree's: per step the later `updated`
+    wins, steps only one side has are kept, and the file is rewritten in place."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_queue_merge import main
+
+    kept = {"device": "H100", "steps": {"table1": {"state": "partial", "seconds": 820, "updated": "2026-11-27T10:05Z"},
+                                        "episode": {"state": "done", "seconds": 90, "updated": "2026-11-20T09:00Z"}}}
+    tree = {"device": "H100", "steps": {"table1": {"state": "partial", "seconds": 541, "updated": "2026-11-27T09:50Z"},
+                                        "episode": {"state": "done", "seconds": 95, "updated": "2026-11-21T09:00Z"},
+                                        "updates": {"state": "done", "seconds": 60, "updated": "2026-11-19T09:00Z"}}}
+    (tmp_path / "kept.json").write_text(json.dumps(kept))
+    (tmp_path / "tree.json").write_text(json.dumps(tree))
+    main(str(tmp_path / "kept.json"), str(tmp_path / "tree.json"))
+    got = json.loads((tmp_path / "tree.json").read_text())["steps"]
+    assert got["table1"]["seconds"] == 820  # the device's newer entry, not the committed one
+    assert got["episode"]["seconds"] == 95 and got["updates"]["seconds"] == 60
+    main(str(tmp_path / "kept.json"), str(tmp_path / "new.json"))  # no queue.json in the tree: the kept one
+    assert json.loads((tmp_path / "new.json").read_text())["steps"] == kept["steps"]
