@@ -53,3 +53,12 @@ def test_every_python_example_in_docs_is_run():
             if start in text:
                 text = text.split(start)[0] + text.split(end)[1]
         assert "```python" not in text, f"{path.name} has a Python example that no test runs"
+
+
+def test_readme_pipeline_keys_table_is_the_code_s():
+    """README.md's run-keys table is `keys_markdown()`: a key added to `RUN_KEYS` without its line fails here."""
+    from ttt.pipeline.config import RUN_KEYS, keys_markdown
+
+    readme = (DOCS.parent / "README.md").read_text()
+    assert keys_markdown() in readme, "regenerate README.md's keys table from ttt.pipeline.config.keys_markdown()"
+    assert all(f"| `{k}` |" in keys_markdown() for k in RUN_KEYS)

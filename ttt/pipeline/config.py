@@ -132,7 +132,7 @@ RUN_KEYS: dict[str, Key] = {
                     choices=("all", "actor")),
     "ft_alpha": Key("float", None, "the backbone's BC weight alpha during fine-tuning (null: the checkpoint's)", True,
                     None, *_nonneg),
-    "ttgs": Key("table", {}, "variant ttgs: test-time graph search settings (ttt.graph.TTGSConfig fields), e.g. "
+    "ttgs": Key("table", {}, "variants ttgs and ttt+ttgs: test-time graph search settings (ttt.graph.TTGSConfig fields), e.g. "
                 "{ n_vertices = 1000, tau = 24, threshold = 48 }; {}: the published defaults"),
     "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
     "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
@@ -159,6 +159,15 @@ class Pipeline:
     description: str
     runs: tuple[dict, ...]
     source: str  # the file it came from
+
+
+def keys_markdown() -> str:
+    """The run keys as README.md's markdown table (key, type, default, meaning), from `RUN_KEYS` itself."""
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for name, k in RUN_KEYS.items():
+        meaning = k.help.replace("|", "\\|")
+        lines.append(f"| `{name}` | {k.kind} | {json.dumps(k.default)} | {meaning} |")
+    return "\n".join(lines)
 
 
 def _kind_ok(kind: str, v: Any) -> bool:
