@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 FRONT = BENCH / "README.md"
 FOLDERS = ("speed", "studies", "analyses", "reliability")
-QUEUES = ("gpu_pipeline.sh", "gpu_queue.sh", "gpu_queue_merge.py", "gpu_wheels.py")  # what a session lent a GPU runs first: at the top
+# What a session lent a GPU runs first: at the top of the front page.
+QUEUES = ("gpu_pipeline.sh", "gpu_queue.sh", "gpu_queue_merge.py", "gpu_wheels.py")
 SCRIPT_PATH = re.compile(r"benchmarks/[\w/.-]*?\.(?:py|sh)\b")
 
 

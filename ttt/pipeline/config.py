@@ -132,8 +132,8 @@ RUN_KEYS: dict[str, Key] = {
                     choices=("all", "actor")),
     "ft_alpha": Key("float", None, "the backbone's BC weight alpha during fine-tuning (null: the checkpoint's)", True,
                     None, *_nonneg),
-    "ttgs": Key("table", {}, "variants ttgs and ttt+ttgs: test-time graph search settings (ttt.graph.TTGSConfig fields), e.g. "
-                "{ n_vertices = 1000, tau = 24, threshold = 48 }; {}: the published defaults"),
+    "ttgs": Key("table", {}, "variants ttgs and ttt+ttgs: test-time graph search settings (ttt.graph.TTGSConfig "
+                "fields), e.g. { n_vertices = 1000, tau = 24, threshold = 48 }; {}: the published defaults"),
     "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
     "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
     "chunk": Key("int", 25, "episodes per compiled program call, at most (calls split evenly)", False, None, *_pos),
