@@ -90,6 +90,13 @@ def lines() -> list[Line]:
             free = Row(p + f"ttt-mc-alpha{alpha}") if data == "navigate" else None
             out.append(Line("pointmaze-medium", data, f"GC-IQL, alpha {alpha} at fine-tuning", "10k", Row(p + "base"),
                             Row(p + f"ttt-alpha{alpha}"), free, paper, note="not the paper's loss"))  # fmt: skip
+        if data == "stitch":
+            # Issue 41's combined variant on the same 10k checkpoint (test-time-methods: the 30-episode screen, or the
+            # 150-episode rows): GC-TTT aimed at TTGS's waypoints (tau 12 / threshold 24), the backbone's own loss.
+            tm = "test-time-methods*/evals/stitch-gciql-"
+            out.append(Line("pointmaze-medium", data, "GC-IQL, aimed at TTGS's waypoints (ttt+ttgs)", "10k",
+                            Row(tm + "base"), Row(tm + "ttt+ttgs-thr24"), None, paper,
+                            note="not the paper's method: GC-TTT aimed at TTGS's subgoal"))  # fmt: skip
     for data, paper in (("navigate", (0.96, 0.01, 0.99, 0.01)), ("stitch", (0.84, 0.03, 0.97, 0.01))):
         # paper-main's 15-episode screen (its critic row ran rule `paper`) or paper-main-150's rows (the default rule
         # `episodes`): the record with the most episodes wins, as everywhere.
