@@ -108,10 +108,10 @@ def rows(records: list[dict]) -> list[dict]:
     return out
 
 
-def results_text(rows: list[dict], records: list[dict]) -> str:
-    """results.json's text: the rows indented (read by people), each record on one line (they repeat the episodes'
-    per-round diagnostics, which indented take three times the bytes: results files travel with the tree)."""
-    head = dumps(dict(rows=rows), indent=1)[:-2]  # without the closing "\n}"
+def results_text(table: list[dict], records: list[dict]) -> str:
+    """results.json's text: the rows (`table`) indented, read by people; each record on one line (records repeat the
+    episodes' per-round diagnostics, which indented take three times the bytes: results files travel with the tree)."""
+    head = dumps(dict(rows=table), indent=1)[:-2]  # without the closing "\n}"
     body = ",\n".join(dumps(r, separators=(",", ":")) for r in records)
     return f'{head},\n "records": [\n{body}\n ]\n}}\n' if records else f'{head},\n "records": []\n}}\n'
 
