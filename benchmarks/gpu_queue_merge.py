@@ -22,9 +22,20 @@ def merge(kept: dict, tree: dict) -> dict:
     return {**kept, **tree, "steps": steps}
 
 
+def _read(path: str) -> dict:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"gpu_queue_merge: cannot read {path}: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("steps", {}), dict):
+        raise SystemExit(f"gpu_queue_merge: {path} is not a queue.json (expected {{'steps': {{name: entry}}}})")
+    return doc
+
+
 def main(kept_path: str, tree_path: str) -> None:
-    kept = json.load(open(kept_path))
-    tree = json.load(open(tree_path)) if os.path.exists(tree_path) else {}
+    kept = _read(kept_path)
+    tree = _read(tree_path) if os.path.exists(tree_path) else {}
     tmp = tree_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(merge(kept, tree), f, indent=1)

@@ -133,10 +133,10 @@ def test_wheels_pack_and_unpack_round_trip(tmp_path):
     assert not archive.with_name(archive.name + ".tmp").exists()  # the failed pack left no partial file
 
 
-def test_warm_machine_queue_json_merge(tmp_path):
+def test_warm_machine_queue_json_merge(tmp_path, monkeypatch):
     """On a warm machine the queue.json an earlier call kept merges into the tree's: per step the later `updated`
-    wins, steps only one side has are kept, and the file is rewritten in place."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    wins, steps only one side has are kept, and the file is rewritten in place; an unreadable file is one line."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     from gpu_queue_merge import main
 
     kept = {"device": "H100", "steps": {"table1": {"state": "partial", "seconds": 820, "updated": "2026-11-27T10:05Z"},
@@ -152,3 +152,7 @@ def test_warm_machine_queue_json_merge(tmp_path):
     assert got["episode"]["seconds"] == 95 and got["updates"]["seconds"] == 60
     main(str(tmp_path / "kept.json"), str(tmp_path / "new.json"))  # no queue.json in the tree: the kept one
     assert json.loads((tmp_path / "new.json").read_text())["steps"] == kept["steps"]
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(SystemExit, match="^gpu_queue_merge: cannot read .*bad.json"):
+        main(str(tmp_path / "bad.json"), str(tmp_path / "tree.json"))
+    assert json.loads((tmp_path / "tree.json").read_text())["steps"]["table1"]["seconds"] == 820  # left as it was

@@ -145,6 +145,8 @@ def test_results_json_has_readable_rows_and_one_line_per_record(tmp_path):
 
     recs = [_record(10_000, v, m) for v, m in (("base", 0.3), ("ttt", 0.9))]
     recs[1]["rounds"] = dict(active=[[[[1], [1]]]], spearman=[[[[float("nan"), 0.5]]]])
+    for r in recs:  # no spread in either row: Welch's t and p are NaN in the ttt row
+        r["per_seed"] = [0.5, 0.5, 0.5]
     write_results(recs, tmp_path)
     text = (tmp_path / "results.json").read_text()
     lines = text.splitlines()
@@ -152,8 +154,9 @@ def test_results_json_has_readable_rows_and_one_line_per_record(tmp_path):
     assert len(record_lines) == 2 and all(json.loads(ln.rstrip(",")) for ln in record_lines)
     assert '\n   "name": "c-steps10000-variantbase",\n' in text  # the rows stay one key per line
     doc = load_results(tmp_path)
+    assert "NaN" not in text  # strict JSON: NaN written as null, in rows and records alike
+    assert math.isnan(rows(recs)[1]["welch_p"]) and doc["rows"][1]["welch_p"] is None
     assert doc["rows"] == json.loads(json.dumps(rows(recs)).replace("NaN", "null"))
     assert doc["records"][1]["rounds"]["spearman"] == [[[[None, 0.5]]]]
-    assert not any(isinstance(v, float) and math.isnan(v) for v in doc["rows"][1].values())
     write_results([], tmp_path)
     assert json.loads((tmp_path / "results.json").read_text()) == dict(rows=[], records=[])
