@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import platform
+import subprocess
+import sys
 
 import numpy as np
 import ogbench
 import pytest
 
 from ttt.data import generate as gen
+from ttt.data.expert import blas_kernel
 from ttt.data.files import check, list_datasets
 from ttt.data.specs import SPECS, get_spec
 
@@ -207,12 +212,47 @@ def test_antmaze_generation_with_an_expert_in_ogbench_format(ant_experts, tmp_pa
     assert len(meta["expert_sha256"]) == 64 and 0.0 <= meta["goal_reached_fraction"] <= 1.0
     assert meta["flipped_episodes"] == int(flipped.any(1).sum())  # counted from the file's own torso
     assert meta["flipped_rows_fraction"] == float(flipped.mean())
+    assert meta["blas_kernel"] == blas_kernel() and "reference" not in meta  # (no reference for a 2-episode plan)
 
     # Reproducible for a seed and an expert; another expert gives other data.
     gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e0.pkl")
     assert json.loads((b / f"{ANT_STITCH}.json").read_text())["sha256_arrays"] == meta["sha256_arrays"]
     gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e1.pkl", force=True)
     assert json.loads((b / f"{ANT_STITCH}.json").read_text())["sha256_arrays"] != meta["sha256_arrays"]
+
+
+def test_reference_check_only_for_the_reference_plan():
+    nav = get_spec("antmaze-medium-navigate-v0")
+    ref = gen.GenerationPlan(nav, nav.episodes, 0, nav.noise, gen.REFERENCE_EXPERT)
+    want = gen.REFERENCE_ARRAYS[(nav.name, "train")]
+    assert gen.reference_check(ref, "train", want) == "equal"
+    assert gen.reference_check(ref, "val", want) == "differs"  # (the val split has its own digest)
+    assert gen.reference_check(ref, "train", "0" * 64) == "differs"
+    for other in (
+        dataclasses.replace(ref, seed=1),
+        dataclasses.replace(ref, episodes=10),
+        dataclasses.replace(ref, noise=0.3),
+        dataclasses.replace(ref, expert="f" * 64),
+        gen.GenerationPlan(get_spec(NAV), 1000, 0, 0.5, None),
+    ):
+        assert gen.reference_check(other, "train", want) is None
+
+
+def test_a_draw_unlike_the_reference_is_said_and_recorded(ant_experts, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(gen, "reference_check", lambda plan, split, sha: "differs")
+    gen.generate(ANT_STITCH, episodes=1, seed=2, directory=tmp_path, workers=1, expert=ant_experts / "e0.pkl")
+    err = capsys.readouterr().err
+    assert f"warning: {ANT_STITCH}.npz: not bit-equal to this project's reference generation" in err
+    assert json.loads((tmp_path / f"{ANT_STITCH}.json").read_text())["reference"] == "differs"
+
+
+def test_blas_kernel_is_the_one_openblas_runs(tmp_path):
+    if blas_kernel() is None or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("NumPy does not run OpenBLAS on an x86-64 CPU here")
+    code = "import numpy; from ttt.data.expert import blas_kernel; print(blas_kernel())"
+    env = dict(os.environ, OPENBLAS_CORETYPE="Nehalem")  # (SSE4.2: every x86-64 CPU this runs on has it)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "Nehalem"
 
 
 def test_antmaze_needs_an_expert_and_pointmaze_refuses_one(ant_experts, tmp_path):

@@ -189,6 +189,37 @@ def load_actor(path: str | Path) -> tuple[TanhGaussianActor, SACConfig, dict]:
     return actor, cfg, doc["meta"]
 
 
+def blas_kernel() -> str | None:
+    """The OpenBLAS kernel NumPy's matrix products run on in this process (``'SkylakeX'``, ``'Haswell'``, ...), or
+    None where NumPy uses another BLAS or the name cannot be read.
+
+    OpenBLAS picks the kernel from the CPU (``OPENBLAS_CORETYPE`` overrides it). The kernels round float64 products
+    differently, and an ant rollout amplifies the last bit (a forced ``Prescott`` kernel moves episode 0 of
+    antmaze-medium-navigate from row 64 on, about 8 maze units by its end), so an antmaze dataset is reproduced bit for
+    bit only where NumPy runs the same kernel."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as f:
+            fields = [line.split(None, 5) for line in f if "openblas" in line.lower()]
+        paths = {x[5].strip() for x in fields if len(x) == 6}
+    except OSError:  # (not Linux)
+        return None
+    for path in sorted(paths):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for sym in ("scipy_openblas_get_corename64_", "scipy_openblas_get_corename", "openblas_get_corename64_",
+                    "openblas_get_corename"):  # fmt: skip
+            fn = getattr(lib, sym, None)
+            if fn is not None:
+                fn.restype = ctypes.c_char_p
+                name = fn()
+                return name.decode() if name else None
+    return None
+
+
 class NumpyExpert:
     """The deterministic expert action ``tanh(mean(obs))`` in NumPy (float64), for generation workers."""
 
