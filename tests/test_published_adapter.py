@@ -62,3 +62,41 @@ def test_missing_or_different_digests_refuse_unless_forced(tmp_path):
     assert err is None and [(d["seed"], d["task"]) for d in extra] == [(0, 1)]
     extra, err = adapter.adopt([], old, pre, [0, 1], [1], 3, True)
     assert err is None and len(extra) == 2
+
+
+def test_pieces_by_hand(tmp_path):
+    cfg = {"seed": 3, "train_steps": 250, "working_dir": str(tmp_path / "seed3"), "save_interval": 250}
+    pieces = tmp_path / "seed3" / "pieces"
+    got = [adapter.piece_cfg(cfg, pieces, k, 100) for k in (1, 2, 3)]
+    assert [c["train_steps"] for c in got] == [100, 100, 50]
+    assert [c["save_interval"] for c in got] == [100, 100, 50]
+    assert [c["seed"] for c in got] == [3, 100_003, 200_003]  # fresh batches in every piece, none of another seed's
+    assert [c["restore_path"] for c in got] == [None, str(pieces / "piece001"), str(pieces / "piece002")]
+    assert [c["restore_epoch"] for c in got] == [None, 100, 100]
+    assert got[2]["working_dir"] == str(pieces / "piece003") and cfg["train_steps"] == 250  # (cfg left as it was)
+
+
+def test_a_cut_pretraining_resumes_at_its_piece(tmp_path, monkeypatch):
+    runs = []
+
+    def fake_main(code, c, log_path, mode="w"):  # their main.py: writes params_<its updates>.pkl
+        runs.append((Path(c["working_dir"]).name, c["restore_path"] and Path(c["restore_path"]).name))
+        Path(c["working_dir"]).mkdir(parents=True, exist_ok=True)
+        (Path(c["working_dir"]) / f"params_{c['train_steps']}.pkl").write_bytes(c["working_dir"].encode())
+        return 2.0
+
+    monkeypatch.setattr(adapter, "run_main", fake_main)
+    work = tmp_path / "seed0"
+    cfg = {"seed": 0, "train_steps": 300, "working_dir": str(work)}
+    (work / "pieces" / "piece001").mkdir(parents=True)  # piece 1 finished before a stop ...
+    (work / "pieces" / "piece001" / "params_100.pkl").write_bytes(b"1")
+    (work / "pieces" / "piece001" / "piece.json").write_text(json.dumps({"wall_s": 5.0}))
+    (work / "pieces" / "piece002").mkdir()  # ... piece 2 was cut short: no piece.json
+    (work / "pieces" / "piece002" / "stale").write_text("x")
+    meta = adapter.pretrain(tmp_path, cfg, tmp_path / "log", chunk=100)
+    assert runs == [("piece002", "piece001"), ("piece003", "piece002")]
+    assert not (work / "pieces" / "piece002" / "stale").exists()  # the cut piece started again
+    assert (work / "params_300.pkl").read_bytes() == str(work / "pieces" / "piece003").encode()  # the last piece's
+    assert meta["chunk"] == 100 and meta["pieces"] == 3 and meta["wall_s"] == 9.0 and meta["steps"] == 300
+    assert meta["params_sha256"] == adapter.digest(work / "params_300.pkl")
+    assert adapter.pretrain(tmp_path, cfg, tmp_path / "log", chunk=100) == meta and len(runs) == 2  # done: reused

@@ -38,6 +38,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -162,12 +163,47 @@ def adopt(done: list[dict], record: Path, pre: list[dict], seeds: list[int], tas
                 f"--adopt-record, or move the record aside to start the row afresh")
 
 
-def pretrain(code: Path, cfg: dict, log_path: Path) -> dict:
-    """Run their main.py for one seed unless its checkpoint exists; return wall time and throughput."""
+def run_main(code: Path, cfg: dict, log_path: Path, mode: str = "w") -> float:
+    """Run their main.py on `cfg` (written beside its checkpoints); return its wall seconds, or stop on a failure."""
     import yaml
 
     work_dir = Path(cfg["working_dir"])
-    ckpt = work_dir / f"params_{cfg['train_steps']}.pkl"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    yaml_path = work_dir / "pretrain.yaml"
+    yaml_path.write_text(yaml.safe_dump(cfg))
+    env = dict(os.environ, WANDB_MODE="disabled", WANDB_SILENT="true")
+    t0 = time.perf_counter()
+    with open(log_path, mode) as log:
+        rc = subprocess.run([sys.executable, "main.py", str(yaml_path)], cwd=code, env=env, stdout=log,
+                            stderr=subprocess.STDOUT).returncode
+    if rc != 0 or not (work_dir / f"params_{cfg['train_steps']}.pkl").is_file():
+        fail(f"their main.py failed for seed {cfg['seed']} (exit {rc}); see {log_path}")
+    return time.perf_counter() - t0
+
+
+def piece_cfg(cfg: dict, pieces: Path, k: int, chunk: int) -> dict:
+    """Their config for piece `k` (1-based) of a pre-training cut into pieces of `chunk` updates: piece k > 1
+    restores piece k-1's agent (parameters, target network, Adam state, the agent's key) through their own
+    `restore_path` / `restore_epoch`, and seeds their sampler (numpy's global generator) with seed + 100000 (k-1), so
+    no piece draws the batches of another piece or of another seed's run."""
+    steps = cfg["train_steps"]
+    size = min(chunk, steps - (k - 1) * chunk)
+    prev = min(chunk, steps - (k - 2) * chunk) if k > 1 else None
+    return dict(cfg, working_dir=str(pieces / f"piece{k:03d}"), train_steps=size, save_interval=size,
+                log_interval=min(1000, size), eval_interval=size + 1, eval_start=size + 1,
+                seed=cfg["seed"] + 100_000 * (k - 1),
+                restore_path=str(pieces / f"piece{k - 1:03d}") if k > 1 else None, restore_epoch=prev)
+
+
+def pretrain(code: Path, cfg: dict, log_path: Path, chunk: int | None = None) -> dict:
+    """Run their main.py for one seed unless its checkpoint exists; return wall time and throughput.
+
+    With `chunk` (fewer updates than the run), pre-train in pieces of `chunk` updates, each a run of their main.py
+    restoring the previous piece (`piece_cfg`); a finished piece is kept, so a stopped pre-training resumes at the
+    piece it was in. Not bit-equal to a run in one piece (the sampler is reseeded at each piece)."""
+    work_dir = Path(cfg["working_dir"])
+    steps = cfg["train_steps"]
+    ckpt = work_dir / f"params_{steps}.pkl"
     meta_path = work_dir / "pretrain.json"
     if ckpt.is_file() and meta_path.is_file():
         print(f"reusing {ckpt}", flush=True)
@@ -176,20 +212,32 @@ def pretrain(code: Path, cfg: dict, log_path: Path) -> dict:
             meta["params_sha256"] = digest(ckpt)
             meta_path.write_text(json.dumps(meta, indent=1))
         return meta
-    work_dir.mkdir(parents=True, exist_ok=True)
-    yaml_path = work_dir / "pretrain.yaml"
-    yaml_path.write_text(yaml.safe_dump(cfg))
-    env = dict(os.environ, WANDB_MODE="disabled", WANDB_SILENT="true")
-    print(f"pre-training seed {cfg['seed']} ({cfg['train_steps']} updates) -> {work_dir} (log {log_path})", flush=True)
-    t0 = time.perf_counter()
-    with open(log_path, "w") as log:
-        rc = subprocess.run([sys.executable, "main.py", str(yaml_path)], cwd=code, env=env, stdout=log,
-                            stderr=subprocess.STDOUT).returncode
-    wall = time.perf_counter() - t0
-    if rc != 0 or not ckpt.is_file():
-        fail(f"their main.py failed for seed {cfg['seed']} (exit {rc}); see {log_path}")
-    meta = {"seed": cfg["seed"], "steps": cfg["train_steps"], "wall_s": wall,
-            "updates_per_s": cfg["train_steps"] / wall, "checkpoint": str(ckpt), "params_sha256": digest(ckpt)}
+    print(f"pre-training seed {cfg['seed']} ({steps} updates{f' in pieces of {chunk}' if chunk else ''}) -> "
+          f"{work_dir} (log {log_path})", flush=True)
+    extra = {}
+    if not chunk or chunk >= steps:
+        wall = run_main(code, cfg, log_path)
+    else:
+        pieces, n = work_dir / "pieces", -(-steps // chunk)
+        walls = []
+        for k in range(1, n + 1):
+            c = piece_cfg(cfg, pieces, k, chunk)
+            done = Path(c["working_dir"]) / "piece.json"
+            if done.is_file():
+                walls.append(json.loads(done.read_text())["wall_s"])
+                continue
+            shutil.rmtree(c["working_dir"], ignore_errors=True)  # a piece cut short starts again
+            print(f"  piece {k} of {n} ({c['train_steps']} updates)", flush=True)
+            walls.append(run_main(code, c, log_path, mode="a"))
+            done.write_text(json.dumps({"piece": k, "updates": c["train_steps"], "wall_s": walls[-1]}))
+        c = piece_cfg(cfg, pieces, n, chunk)
+        last = Path(c["working_dir"]) / f"params_{c['train_steps']}.pkl"
+        work_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(last, ckpt.with_suffix(".tmp"))
+        os.replace(ckpt.with_suffix(".tmp"), ckpt)
+        wall, extra = sum(walls), {"chunk": chunk, "pieces": n}
+    meta = {"seed": cfg["seed"], "steps": steps, "wall_s": wall, "updates_per_s": steps / wall,
+            "checkpoint": str(ckpt), "params_sha256": digest(ckpt), **extra}
     meta_path.write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -441,6 +489,9 @@ def main() -> None:
     p.add_argument("--dataset", required=True, help="e.g. pointmaze-medium-navigate-v0")
     p.add_argument("--seeds", type=ints, default=[0, 1])
     p.add_argument("--steps", type=int, default=10_000, help="pre-training updates")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="pre-train in resumable pieces of this many updates (each restores the last; not bit-equal "
+                        "to one piece)")
     p.add_argument("--tasks", type=ints, default=[1, 2, 3, 4, 5])
     p.add_argument("--episodes", type=int, default=3, help="episodes per task and seed")
     p.add_argument("--variants", default="base,ttt", help=f"comma-separated, of {', '.join(VARIANTS)}")
@@ -462,8 +513,8 @@ def main() -> None:
     bad = [v for v in variants if v not in VARIANTS]
     if bad or not variants:
         fail(f"unknown variant(s) {', '.join(bad) or '(none)'}; valid: {', '.join(VARIANTS)}")
-    if args.steps < 1 or args.episodes < 1:
-        fail("--steps and --episodes must be >= 1")
+    if args.steps < 1 or args.episodes < 1 or (args.chunk is not None and args.chunk < 1):
+        fail("--steps, --episodes and --chunk must be >= 1")
     if any(t not in range(1, 6) for t in args.tasks):
         fail(f"tasks {args.tasks}: valid task ids are 1-5")
     family(args.dataset)
@@ -474,6 +525,8 @@ def main() -> None:
         f"--{k} {v}" for k, v in (("dataset", args.dataset), ("seeds", ",".join(map(str, args.seeds))),
                                   ("steps", args.steps), ("tasks", ",".join(map(str, args.tasks))),
                                   ("episodes", args.episodes), ("variants", args.variants))))
+    if args.chunk:
+        args.command += f" --chunk {args.chunk}"
     if args.out != DEFAULT_OUT.resolve():  # a rerun's own folder (e.g. retrained/)
         args.command += f" --out {os.path.relpath(args.out, ROOT)}"
     check_setup(args.code, args.dataset, args.data_dir)
@@ -495,7 +548,7 @@ def main() -> None:
             continue
         cfg = make_cfg(args.code, args.dataset, seed, args.steps, run_dir / f"seed{seed}", "base", args.lr,
                        args.num_steps, args.replan)
-        pre.append(pretrain(args.code, cfg, run_dir / f"pretrain-seed{seed}.log"))
+        pre.append(pretrain(args.code, cfg, run_dir / f"pretrain-seed{seed}.log", args.chunk))
 
     for variant in variants:
         cfgs = {s: make_cfg(args.code, args.dataset, s, args.steps, run_dir / f"seed{s}", variant, args.lr,
