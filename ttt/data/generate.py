@@ -192,8 +192,9 @@ def _block_job(args):
 
 
 # The antmaze datasets of this project's results (seed 0, default size and noise, the 1M-step expert
-# benchmarks/results/expert/ant-1m.pkl), by `array_digest`; made where NumPy's OpenBLAS ran its SkylakeX kernel
-# (AVX-512). Another kernel gives another, equally valid draw of the data (see `ttt.data.expert.blas_kernel`).
+# benchmarks/results/expert/ant-1m.pkl), by `array_digest`; reproduced bit for bit where NumPy's OpenBLAS runs its
+# SkylakeX kernel (AVX-512). Another kernel gives another, equally valid draw of the data
+# (see `ttt.data.expert.blas_kernel`).
 REFERENCE_EXPERT = "72f653ed41b125edb558d55256845db58b4c3648c670567e90a98cc15edf6974"
 REFERENCE_KERNEL = "SkylakeX"
 REFERENCE_ARRAYS = {
@@ -367,11 +368,11 @@ def _generate(spec, episodes, seed, out_dir, workers, noise, force, progress, ex
         sha = array_digest(arrays)
         ref = reference_check(plan, "val" if split else "train", sha) if expert_digest else None
         if ref == "differs":
-            print(f"warning: {path.name}: not bit-equal to this project's reference generation (made where NumPy's "
-                  f"OpenBLAS ran its {REFERENCE_KERNEL} kernel; here: {kernel or 'another BLAS'}): the ant expert's "
-                  "float64 products differ in the last bit and the rollouts amplify it, so this is another draw of "
-                  "the same dataset; results on it compare with the project's records in distribution, not episode "
-                  "by episode", file=sys.stderr)  # fmt: skip
+            print(f"warning: {path.name}: not bit-equal to this project's reference generation (reproduced where "
+                  f"NumPy's OpenBLAS runs its {REFERENCE_KERNEL} kernel; here: {kernel or 'another BLAS'}): the ant "
+                  "expert's float64 products differ in the last bit and the rollouts amplify it, so this is another "
+                  "draw of the same dataset; results on it compare with the project's records in distribution, not "
+                  "episode by episode", file=sys.stderr)  # fmt: skip
         meta = dict(
             name=name,
             split="val" if split else "train",
