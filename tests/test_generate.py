@@ -8,6 +8,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import ogbench
@@ -236,6 +237,19 @@ def test_reference_check_only_for_the_reference_plan():
         gen.GenerationPlan(get_spec(NAV), 1000, 0, 0.5, None),
     ):
         assert gen.reference_check(other, "train", want) is None
+
+
+def test_reference_digests_are_the_committed_records():
+    root = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "expert"
+    for (name, split), want in gen.REFERENCE_ARRAYS.items():
+        rec = json.loads((root / f"{name}{'-val' if split == 'val' else ''}.json").read_text())
+        assert (rec["split"], rec["sha256_arrays"], rec["expert_sha256"]) == (split, want, gen.REFERENCE_EXPERT)
+        spec = get_spec(name)
+        assert (rec["seed"], rec["noise"], rec["episodes"]) == (
+            0,
+            spec.noise,
+            spec.val_episodes(spec.episodes) if split == "val" else spec.episodes,
+        )
 
 
 def test_a_draw_unlike_the_reference_is_said_and_recorded(ant_experts, tmp_path, monkeypatch, capsys):
