@@ -15,10 +15,14 @@
 #               stopped while the machine stays warm. Pre-training length GPU_QUEUE_STEPS (default 200000): a
 #               lease is now 15 minutes and a fresh machine starts without checkpoints, so a row must finish
 #               within one lease (1M GC-BC updates alone take 15 min on an H200)                  the rest
-#               Then SAW on antmaze-medium navigate and stitch (pipelines/table1.toml as the CPU runs it: cpu
-#               profile, 100k updates, 3 seeds; ANT_GROUPS), the last Table-1 rows no CPU session can hold (about
-#               2 h of SAW pre-training per dataset there). The data stage generates the antmaze data on the device
-#               with the committed ant expert (benchmarks/results/expert/ant-1m.pkl); records in table1-antmaze/.
+#               Then TTGS beside them (issue 41; TTGS_GROUPS): pipelines/test-time-methods.toml's gciql-base and
+#               gciql-ttgs-4000 (every published TTGS setting, 4000 vertices) on a paper-profile GC-IQL pointmaze-
+#               medium navigate checkpoint, 150 episodes, the one base near the TTGS paper's (OGBench's 1M GC-IQL);
+#               records in test-time-methods/.
+#               Then SAW on antmaze-medium stitch (pipelines/table1.toml as the CPU runs it: cpu profile, 100k
+#               updates, 3 seeds; ANT_GROUPS; navigate ran on the CPU at 150 episodes, session 27). The data stage
+#               generates the antmaze data on the device with the committed ant expert
+#               (benchmarks/results/expert/ant-1m.pkl); records in table1-antmaze/.
 # The device tool runs one command for at most 10 minutes, so the queue runs in calls: each call does the next
 # steps within BUDGET_S and packs what it wrote into $OUT/results.tgz; queue.json (which travels with the working
 # tree once unpacked) records each step's state and seconds, so the next call, or the next session, goes on.
@@ -63,8 +67,11 @@ declare -A CAP=([updates]=240 [episode]=300 [batched]=240 [table1]=$TOTAL_S)
 # pre-training (a fresh machine has no checkpoints; the pipeline would pre-train before finding the records). A row
 # counts as done when any record of it exists, on any device: after changing GPU_QUEUE_STEPS, move the old records aside.
 TABLE1_GROUPS="gcbc-base-navigate,gcbc-ttt-navigate gciql-base-navigate,gciql-ttt-navigate gcbc-base-stitch,gcbc-ttt-stitch gciql-base-stitch,gciql-ttt-stitch"
-# Then pipelines/table1.toml's SAW rows on antmaze (their own folder: table1.toml's row names repeat paper-main's).
-ANT_GROUPS="saw-base-navigate,saw-ttt-mc-navigate,saw-ttt-navigate saw-base-stitch,saw-ttt-stitch"
+# Then TTGS on a paper-profile GC-IQL checkpoint (pipelines/test-time-methods.toml; its own pre-training, so paired
+# with its own base row), then pipelines/table1.toml's SAW rows on antmaze (their own folder: table1.toml's row names
+# repeat paper-main's; SAW antmaze navigate has its 150-episode rows from the CPU).
+TTGS_GROUPS="gciql-base,gciql-ttgs-4000"
+ANT_GROUPS="saw-base-stitch,saw-ttt-stitch"
 
 if [ "$mode" = dry ]; then
   # Tiny sizes, a scratch home/cache/output: nothing under ~/.ogbench, ~/.cache/ttt or benchmarks/results is touched.
@@ -79,6 +86,8 @@ if [ "$mode" = dry ]; then
   TABLE1_SETS=(--set profile=cpu --set steps=4 --set train_chunk=2 --set seeds=1 --set episodes=1 --set tasks=[1]
                --set data_episodes=4 --set N=2 --set K=1000 --set chunk=5)
   TABLE1_GROUPS="gcbc-base-navigate gcbc-ttt-navigate"  # two groups: the loop and its skipping run here too
+  TTGS_GROUPS="gciql-ttgs"  # the wiring: 500 vertices (a 4000 x 4000 value pass is a GPU's work)
+  TTGS_SETS=("${TABLE1_SETS[@]}")
   ANT_GROUPS="saw-base-navigate"  # the antmaze data stage (4 episodes, the committed expert) and SAW, wired
   ANT_SETS=("${TABLE1_SETS[@]}")
 else
@@ -88,6 +97,7 @@ else
   # bucket 0: every live episode of a call fine-tunes in one vmapped update per round (step `batched`: 0.50 s per
   # paper-profile episode on an H200 against 0.97 s one at a time); speed only, not in any record's key
   TABLE1_SETS=(--set profile=paper --set chunk=50 --set bucket=0 --set train_chunk=10000 --set steps=${GPU_QUEUE_STEPS:-200000})
+  TTGS_SETS=("${TABLE1_SETS[@]}" --set episodes=10)  # test-time-methods.toml's default is a 2-episode screen
   ANT_SETS=(--set chunk=50 --set bucket=0 --set train_chunk=10000)  # table1.toml's own profile and length
 fi
 PY=${PYTHON:-python3}
@@ -193,9 +203,14 @@ run_step() {  # run_step NAME: within min(its cap, the call's time left, the que
     table1) rc=0
             # PIPELINE:FOLDER:ROWS, one per checkpoint group, in order
             for entry in $(for g in $TABLE1_GROUPS; do echo "paper-main:table1:$g"; done) \
+                         $(for g in $TTGS_GROUPS; do echo "test-time-methods:test-time-methods:$g"; done) \
                          $(for g in $ANT_GROUPS; do echo "table1:table1-antmaze:$g"; done); do
               IFS=: read -r pipe folder group <<<"$entry"
-              if [ "$pipe" = table1 ]; then sets=("${ANT_SETS[@]}"); else sets=("${TABLE1_SETS[@]}"); fi
+              case $pipe in
+                table1) sets=("${ANT_SETS[@]}") ;;
+                test-time-methods) sets=("${TTGS_SETS[@]}") ;;
+                *) sets=("${TABLE1_SETS[@]}") ;;
+              esac
               # a row recorded on any device is done (the records do not depend on the card)
               todo=$(for r in ${group//,/ }; do ls "$(dirname "$R")"/*/"$folder"/evals/"$r"-*.json >/dev/null 2>&1 || echo "$r"; done | paste -sd,)
               [ -n "$todo" ] || { echo "queue: $folder rows $group done before"; continue; }

@@ -54,6 +54,8 @@ def test_dry_run_runs_every_step(tmp_path):
     rows = json.loads((res / "table1" / "results.json").read_text())["rows"]
     assert {r["name"] for r in rows} == {"gcbc-base-navigate", "gcbc-ttt-navigate"}
     assert all(r["n_episodes"] == 1 for r in rows)
+    ttgs = json.loads((res / "test-time-methods" / "results.json").read_text())["rows"]  # TTGS next (issue 41)
+    assert [(r["name"], r["variant"], r["agent"], r["n_episodes"]) for r in ttgs] == [("gciql-ttgs", "ttgs", "gciql", 1)]
     ant = json.loads((res / "table1-antmaze" / "results.json").read_text())["rows"]  # SAW on antmaze, after them
     assert [(r["name"], r["dataset"], r["agent"], r["n_episodes"]) for r in ant] == [
         ("saw-base-navigate", "antmaze-medium-navigate-v0", "saw", 1)]
@@ -71,6 +73,7 @@ def test_dry_run_runs_every_step(tmp_path):
     assert third.returncode == 0 and "queue: complete" in third.stdout, third.stdout[-2000:]
     assert "table1 rows gcbc-base-navigate done before" in third.stdout, third.stdout[-2000:]
     assert "table1 rows gcbc-ttt-navigate done before" in third.stdout and "pretrain" not in third.stdout
+    assert "test-time-methods rows gciql-ttgs done before" in third.stdout, third.stdout[-2000:]
     assert "table1-antmaze rows saw-base-navigate done before" in third.stdout, third.stdout[-2000:]
     # Nothing was written into the repository's results.
     assert not (ROOT / "benchmarks" / "results" / "gpu" / "cpu-dry-run").exists()
