@@ -388,6 +388,7 @@ def test_resumed_evaluation_counts_finished_tasks_before_timing(piped, capsys, m
     capsys.readouterr()
     monkeypatch.setattr(cli_run, "ProgressBar", Recorder)
     assert main(two) == 0
+    assert "eval: mc resuming at 2 of 4 episodes (1 of 2 tasks kept in" in capsys.readouterr().out
     evals = [(done, total) for desc, done, total in calls if desc.startswith("eval mc")]
     assert evals[0] == (2, 4) and evals[-1] == (4, 4), calls  # 2 seeds x 1 episode per task; task 1 was kept
     assert all(done >= 2 for done, _ in evals), evals

@@ -250,7 +250,11 @@ def evaluate_run(
             if finished[t] is None:
                 echo(f"  eval: {f} is corrupt (unreadable); evaluating task {t} again")
                 f.unlink()
-    done = per_chunk * sum(part is not None for part in finished.values())
+    kept = sum(part is not None for part in finished.values())
+    done = per_chunk * kept
+    if kept:  # said at once: a log shows nothing else until the next task finishes, minutes later
+        echo(f"  eval: {plan.name} resuming at {done} of {total} episodes ({kept} of {len(ev.tasks)} tasks kept in "
+             f"{partial})")
     with bar(f"eval {plan.name}", "episodes") as b:
         b(done, total)
         for t in ev.tasks:
