@@ -100,3 +100,56 @@ def test_a_cut_pretraining_resumes_at_its_piece(tmp_path, monkeypatch):
     assert meta["chunk"] == 100 and meta["pieces"] == 3 and meta["wall_s"] == 9.0 and meta["steps"] == 300
     assert meta["params_sha256"] == adapter.digest(work / "params_300.pkl")
     assert adapter.pretrain(tmp_path, cfg, tmp_path / "log", chunk=100) == meta and len(runs) == 2  # done: reused
+
+
+def _speed_pair():
+    spec = importlib.util.spec_from_file_location("speed_pair", ROOT / "benchmarks" / "published" / "speed_pair.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_speed_pair_quotes_a_ratio_only_for_equal_work():
+    """benchmarks/published/speed_pair.py: the median of the pairs' ratios, and none when an episode succeeded on
+    either side (it stopped early: less work than the other side's 10 rounds)."""
+    sp = _speed_pair()
+
+    def pair(ratio, inner, pub=(0.0,), ours=(0.0, 0.0, 0.0)):
+        return dict(published=dict(success=list(pub)), ttt=dict(success=list(ours)), ratio_wall_per_episode=ratio,
+                    ratio_episode_s=inner)  # fmt: skip
+
+    s = sp.summarise([pair(2.0, 3.0), pair(4.0, 5.0), pair(2.5, 4.0)])
+    assert s == dict(median_ratio_wall_per_episode=2.5, median_ratio_episode_s=4.0, equal_work=True, note=None)
+    s = sp.summarise([pair(2.0, 3.0), pair(4.0, 5.0, ours=(0.0, 1.0, 0.0))])
+    assert s["median_ratio_wall_per_episode"] is None and s["median_ratio_episode_s"] is None
+    assert not s["equal_work"] and "unequal work" in s["note"]
+
+
+def test_speed_pair_refuses_missing_inputs(tmp_path, capsys):
+    import sys
+
+    import pytest
+
+    sp = _speed_pair()
+    argv = ["speed_pair.py", "--published-root", str(tmp_path), "--ckpt", str(tmp_path / "ck")]
+    for setup, want in [
+        (lambda: None, "no meta-gc-rl/ checkout there"),
+        (lambda: (tmp_path / "meta-gc-rl").mkdir(), "no published checkpoint"),
+        (lambda: _touch(tmp_path / "runs/pointmaze-medium-stitch-v0/gciql-10000/seed0/params_10000.pkl"),
+         "not a ttt checkpoint folder"),
+    ]:
+        setup()
+        sys_argv, sys.argv = sys.argv, argv
+        try:
+            with pytest.raises(SystemExit) as e:
+                sp.main()
+        finally:
+            sys.argv = sys_argv
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("speed_pair: ") and want in err and "\n" not in err
+
+
+def _touch(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x")
