@@ -55,7 +55,8 @@ def test_dry_run_runs_every_step(tmp_path):
     assert {r["name"] for r in rows} == {"gcbc-base-navigate", "gcbc-ttt-navigate"}
     assert all(r["n_episodes"] == 1 for r in rows)
     ttgs = json.loads((res / "test-time-methods" / "results.json").read_text())["rows"]  # TTGS next (issue 41)
-    assert [(r["name"], r["variant"], r["agent"], r["n_episodes"]) for r in ttgs] == [("gciql-ttgs", "ttgs", "gciql", 1)]
+    assert [(r["name"], r["variant"], r["agent"], r["n_episodes"]) for r in ttgs] == [
+        ("gciql-ttgs", "ttgs", "gciql", 1)]
     ant = json.loads((res / "table1-antmaze" / "results.json").read_text())["rows"]  # SAW on antmaze, after them
     assert [(r["name"], r["dataset"], r["agent"], r["n_episodes"]) for r in ant] == [
         ("saw-base-navigate", "antmaze-medium-navigate-v0", "saw", 1)]
