@@ -40,12 +40,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def fail(msg: str) -> None:
     print(f"speed_pair: {msg}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def _last_line(p: subprocess.CompletedProcess) -> str:
+    """The last line a failed side printed (its one-line error, or the end of a traceback)."""
+    lines = (p.stderr or p.stdout or "").strip().splitlines()
+    return lines[-1] if lines else "(no output)"
 
 
 def timed(cmd: list[str], env: dict | None = None) -> tuple[float, float, subprocess.CompletedProcess]:
@@ -75,7 +83,7 @@ def published_side(args, scratch: Path) -> dict:
     wall, cpu, p = timed(cmd, env)
     log = work / args.dataset / run_dir / "ttt.jsonl"
     if p.returncode != 0 or not log.is_file():
-        fail(f"the published side failed (exit {p.returncode}): {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+        fail(f"the published side failed (exit {p.returncode}): {_last_line(p)}")
     if f"ttt seed {args.seed} task {args.task} ep 0:" not in p.stdout:
         fail("the published side ran no episode (it found one to reuse): nothing to time")
     (ep,) = [json.loads(line) for line in log.read_text().splitlines()]
@@ -92,19 +100,11 @@ def ttt_side(args, scratch: Path) -> dict:
            str(args.K), "--batch", str(args.batch), "--json", str(out)]  # fmt: skip
     wall, cpu, p = timed(cmd)
     if p.returncode != 0 or not out.is_file():
-        fail(f"the ttt side failed (exit {p.returncode}): {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
+        fail(f"the ttt side failed (exit {p.returncode}): {_last_line(p)}")
     v = json.loads(out.read_text())["variants"]["ttt"]
-    flat = lambda x: [float(y) for y in _leaves(x)]  # noqa: E731  (seeds, tasks, episodes) -> one list
-    success, steps = flat(v["success"]), [int(s) for s in flat(v["steps"])]
+    success = np.asarray(v["success"], float).ravel().tolist()  # (seeds, tasks, episodes) -> one list
+    steps = np.asarray(v["steps"], int).ravel().tolist()
     return dict(wall_s=wall, cpu_s=cpu, episodes=len(success), episode_s=v.get("wall_s"), success=success, steps=steps)
-
-
-def _leaves(x):
-    if isinstance(x, list):
-        for y in x:
-            yield from _leaves(y)
-    else:
-        yield x
 
 
 def summarise(pairs: list[dict]) -> dict:
@@ -133,8 +133,11 @@ def main() -> None:
     p.add_argument("--K", type=int, default=100, help="steps per round (theirs: replan_horizon)")
     p.add_argument("--batch", type=int, default=1024, help="fine-tuning batch (theirs: 1024)")
     p.add_argument("--pairs", type=int, default=3)
-    p.add_argument("--as-published", action="store_true",
-                   help="run their code exactly as published: without the adapter's speed-ups (README, Cost)")
+    p.add_argument(
+        "--as-published",
+        action="store_true",
+        help="run their code exactly as published: without the adapter's speed-ups (README, Cost)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the figures to this JSON file")
     args = p.parse_args()
     if args.pairs < 1:
