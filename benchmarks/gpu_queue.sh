@@ -19,10 +19,12 @@
 #               gciql-ttgs-4000 (every published TTGS setting, 4000 vertices) on a paper-profile GC-IQL pointmaze-
 #               medium navigate checkpoint, 150 episodes, the one base near the TTGS paper's (OGBench's 1M GC-IQL);
 #               records in test-time-methods/.
-#               Then SAW on antmaze-medium stitch (pipelines/table1.toml as the CPU runs it: cpu profile, 100k
-#               updates, 3 seeds; ANT_GROUPS; navigate ran on the CPU at 150 episodes, session 27). The data stage
-#               generates the antmaze data on the device with the committed ant expert
-#               (benchmarks/results/expert/ant-1m.pkl); records in table1-antmaze/.
+#               Then GC-IQL on antmaze-medium stitch in the paper profile (pipelines/table1.toml's gciql rows with
+#               TABLE1_SETS: 512x3, batch 1024, GPU_QUEUE_STEPS updates, 3 seeds, 150 episodes; ANT_GROUPS), the
+#               paper's largest GC-IQL antmaze gain (0.24 -> 0.68), which the cpu profile reproduces at 100k (0.09 ->
+#               0.39); SAW on antmaze ran on the CPU (sessions 27-29). The data stage generates the antmaze data on
+#               the device with the committed ant expert (benchmarks/results/expert/ant-1m.pkl); records in
+#               table1-antmaze/.
 # The device tool runs one command for at most 10 minutes, so the queue runs in calls: each call does the next
 # steps within BUDGET_S and packs what it wrote into $OUT/results.tgz; queue.json (which travels with the working
 # tree once unpacked) records each step's state and seconds, so the next call, or the next session, goes on.
@@ -68,10 +70,10 @@ declare -A CAP=([updates]=240 [episode]=300 [batched]=240 [table1]=$TOTAL_S)
 # counts as done when any record of it exists, on any device: after changing GPU_QUEUE_STEPS, move the old records aside.
 TABLE1_GROUPS="gcbc-base-navigate,gcbc-ttt-navigate gciql-base-navigate,gciql-ttt-navigate gcbc-base-stitch,gcbc-ttt-stitch gciql-base-stitch,gciql-ttt-stitch"
 # Then TTGS on a paper-profile GC-IQL checkpoint (pipelines/test-time-methods.toml; its own pre-training, so paired
-# with its own base row), then pipelines/table1.toml's SAW rows on antmaze (their own folder: table1.toml's row names
-# repeat paper-main's; SAW antmaze navigate has its 150-episode rows from the CPU).
+# with its own base row), then pipelines/table1.toml's GC-IQL antmaze stitch rows in the paper profile (their own
+# folder: table1.toml's row names repeat paper-main's; SAW's antmaze rows, once here, ran on the CPU).
 TTGS_GROUPS="gciql-base,gciql-ttgs-4000"
-ANT_GROUPS="saw-base-stitch,saw-ttt-stitch"
+ANT_GROUPS="gciql-base-stitch,gciql-ttt-stitch"
 
 if [ "$mode" = dry ]; then
   # Tiny sizes, a scratch home/cache/output: nothing under ~/.ogbench, ~/.cache/ttt or benchmarks/results is touched.
@@ -98,7 +100,7 @@ else
   # paper-profile episode on an H200 against 0.97 s one at a time); speed only, not in any record's key
   TABLE1_SETS=(--set profile=paper --set chunk=50 --set bucket=0 --set train_chunk=10000 --set steps=${GPU_QUEUE_STEPS:-200000})
   TTGS_SETS=("${TABLE1_SETS[@]}" --set episodes=10)  # test-time-methods.toml's default is a 2-episode screen
-  ANT_SETS=(--set chunk=50 --set bucket=0 --set train_chunk=10000)  # table1.toml's own profile and length
+  ANT_SETS=("${TABLE1_SETS[@]}")  # the paper profile and GPU_QUEUE_STEPS, as the pointmaze rows
 fi
 PY=${PYTHON:-python3}
 

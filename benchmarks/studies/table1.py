@@ -30,6 +30,8 @@ LC, T1, PM, LEADS = "learning-curves/evals", "table1/evals", "paper-main", "gciq
 
 # The paper's SAW on antmaze-medium (Table 1), navigate and stitch: base, s.e., critic, s.e.
 SAW_ANTMAZE = ((0.97, 0.01, 0.97, 0.01), (0.98, 0.01, 0.97, 0.01))
+# The same for GC-IQL (DDPG+BC)
+GCIQL_ANT = ((0.64, 0.05, 0.85, 0.02), (0.24, 0.05, 0.68, 0.05))
 
 
 def _pub(env: str, data: str, steps: int) -> str:
@@ -107,7 +109,7 @@ def lines() -> list[Line]:
                         note="rule paper" if rule_paper else ""))
     for agent, label, nav, st in (
         ("gcbc", "GC-BC", (0.29, 0.02, 0.48, 0.03), (0.47, 0.05, 0.76, 0.03)),
-        ("gciql", "GC-IQL", (0.64, 0.05, 0.85, 0.02), (0.24, 0.05, 0.68, 0.05)),
+        ("gciql", "GC-IQL", *GCIQL_ANT),
         ("saw", "SAW", *SAW_ANTMAZE),
     ):
         for data, paper in (("navigate", nav), ("stitch", st)):
@@ -120,12 +122,19 @@ def lines() -> list[Line]:
                 out.append(Line("antmaze-medium", data, label3, "100k", Row(f"{p}base-{data}"),
                                 Row(f"{p}ttt-alpha3-{data}"), None, paper, note="not the paper's loss"))  # fmt: skip
     for gpu in sorted(RES.glob("gpu/*/table1-antmaze")):
-        # The GPU queue's SAW antmaze rows: pipelines/table1.toml as the CPU runs it (cpu profile, 100k), on a GPU.
+        # The GPU queue's antmaze rows (benchmarks/gpu_queue.sh, ANT_GROUPS): pipelines/table1.toml's SAW rows as the
+        # CPU runs them (cpu profile, 100k; earlier queues), and its GC-IQL stitch rows in the paper profile
+        # (GPU_QUEUE_STEPS updates, 200k by default), each line where the folder holds its records.
         dev = gpu.parent.name
-        for data, paper in zip(("navigate", "stitch"), SAW_ANTMAZE, strict=True):
-            p = f"gpu/{dev}/table1-antmaze/evals/saw-"
-            out.append(Line("antmaze-medium", data, f"SAW, cpu profile ({dev})", "100k", Row(f"{p}base-{data}"),
-                            Row(f"{p}ttt-{data}"), Row(f"{p}ttt-mc-{data}") if data == "navigate" else None, paper))
+        p = f"gpu/{dev}/table1-antmaze/evals/"
+        saw = any(gpu.glob("evals/saw-*"))
+        for data, paper in zip(("navigate", "stitch"), SAW_ANTMAZE, strict=True) if saw else ():
+            out.append(Line("antmaze-medium", data, f"SAW, cpu profile ({dev})", "100k", Row(f"{p}saw-base-{data}"),
+                            Row(f"{p}saw-ttt-{data}"), Row(f"{p}saw-ttt-mc-{data}") if data == "navigate" else None,
+                            paper))
+        if any(gpu.glob("evals/gciql-*")):
+            out.append(Line("antmaze-medium", "stitch", f"GC-IQL, paper profile ({dev})", "200k",
+                            Row(f"{p}gciql-base-stitch"), Row(f"{p}gciql-ttt-stitch"), None, GCIQL_ANT[1]))
     return out
 
 
