@@ -113,6 +113,29 @@ def test_table1_cells_name_a_different_episode_count():
     assert table1._pm(None, 150) == "not run yet"
 
 
+def test_table1_gpu_antmaze_lines_follow_the_records(tmp_path, monkeypatch):
+    """A device folder `gpu/DEV/table1-antmaze` gives Table 1 a paper-profile GC-IQL antmaze stitch line only when it
+    holds GC-IQL records, and SAW lines only when it holds SAW records (the GPU queue ran SAW there once)."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import table1
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    monkeypatch.setattr(table1, "RES", tmp_path)
+    evals = tmp_path / "gpu" / "dev-a" / "table1-antmaze" / "evals"
+    evals.mkdir(parents=True)
+
+    def gpu_lines():
+        return [(ln.data, ln.backbone) for ln in table1.lines() if "dev-a" in ln.backbone]
+
+    assert gpu_lines() == []  # an empty device folder: no line
+    (evals / "gciql-base-stitch-0123456789ab.json").write_text("{}")
+    assert gpu_lines() == [("stitch", "GC-IQL, paper profile (dev-a)")]
+    (evals / "saw-base-navigate-0123456789ab.json").write_text("{}")
+    assert gpu_lines() == [("navigate", "SAW, cpu profile (dev-a)"), ("stitch", "SAW, cpu profile (dev-a)"),
+                           ("stitch", "GC-IQL, paper profile (dev-a)")]
+
+
 def test_rows_pair_only_on_one_checkpoint():
     """Two rows compare episode by episode only with the same episode count and, where both records hold it, the same
     checkpoint digest: the same configuration pre-trained again on another machine is another checkpoint."""
