@@ -127,11 +127,11 @@ def lines() -> list[Line]:
         # (GPU_QUEUE_STEPS updates, 200k by default), each line where the folder holds its records.
         dev = gpu.parent.name
         p = f"gpu/{dev}/table1-antmaze/evals/"
-        saw = any(gpu.glob("evals/saw-*"))
-        for data, paper in zip(("navigate", "stitch"), SAW_ANTMAZE, strict=True) if saw else ():
-            out.append(Line("antmaze-medium", data, f"SAW, cpu profile ({dev})", "100k", Row(f"{p}saw-base-{data}"),
-                            Row(f"{p}saw-ttt-{data}"), Row(f"{p}saw-ttt-mc-{data}") if data == "navigate" else None,
-                            paper))
+        if any(gpu.glob("evals/saw-*")):
+            for data, paper in zip(("navigate", "stitch"), SAW_ANTMAZE, strict=True):
+                out.append(Line("antmaze-medium", data, f"SAW, cpu profile ({dev})", "100k",
+                                Row(f"{p}saw-base-{data}"), Row(f"{p}saw-ttt-{data}"),
+                                Row(f"{p}saw-ttt-mc-{data}") if data == "navigate" else None, paper))
         if any(gpu.glob("evals/gciql-*")):
             out.append(Line("antmaze-medium", "stitch", f"GC-IQL, paper profile ({dev})", "200k",
                             Row(f"{p}gciql-base-stitch"), Row(f"{p}gciql-ttt-stitch"), None, GCIQL_ANT[1]))
