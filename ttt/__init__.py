@@ -48,7 +48,12 @@ _EXPORTS = {
     "get_spec": "ttt.data.specs",
     "load_dataset": "ttt.data.files:load",
     "get_backbone": "ttt.agents",
-    "load_checkpoint": "ttt.pretrain",
+    "load_checkpoint": "ttt.checkpoint",
+    "Checkpoint": "ttt.checkpoint",
+    "open_checkpoint": "ttt.checkpoint",
+    "load_policy": "ttt.checkpoint",
+    "import_checkpoint": "ttt.interop",
+    "export_checkpoint": "ttt.interop",
     "Env": "ttt.envs",
     "make_env": "ttt.envs",
     "TttError": "ttt.errors",
@@ -60,6 +65,10 @@ __getattr__, __dir__ = exports(__name__, _EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers and editors see: the same names, imported eagerly
     from ttt.agents import get_backbone as get_backbone
+    from ttt.checkpoint import Checkpoint as Checkpoint
+    from ttt.checkpoint import load_checkpoint as load_checkpoint
+    from ttt.checkpoint import load_policy as load_policy
+    from ttt.checkpoint import open_checkpoint as open_checkpoint
     from ttt.data.dataset import Dataset as Dataset
     from ttt.data.files import load as load_dataset  # noqa: F401  (a re-export under another name)
     from ttt.data.sampler import SamplerConfig as SamplerConfig
@@ -80,7 +89,8 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from ttt.evaluate import run_episode as run_episode
     from ttt.finetune import FinetuneConfig as FinetuneConfig
     from ttt.finetune import make_finetune as make_finetune
-    from ttt.pretrain import load_checkpoint as load_checkpoint
+    from ttt.interop import export_checkpoint as export_checkpoint
+    from ttt.interop import import_checkpoint as import_checkpoint
     from ttt.select import GoalTables as GoalTables
     from ttt.select import SelectConfig as SelectConfig
     from ttt.select import Selection as Selection

@@ -10,56 +10,35 @@ progress, stops on a non-finite loss naming the step and term, and checkpoints a
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from jaxtyping import Array, Int, PRNGKeyArray
+from jaxtyping import PRNGKeyArray
 
 from ttt.agents import get_backbone
-from ttt.data.dataset import Dataset
-from ttt.data.sampler import GoalMix, SamplerConfig, sample_rows
-from ttt.errors import TttError
-from ttt.presets import check_config_value, get_agent
-from ttt.storage import (
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_write_text,
-    check_memory,
-    file_sha256,
-    locked,
-    writable_dir,
+from ttt.checkpoint import (  # noqa: F401  (TrainState, init_state, make_optimizer: also importable from here)
+    TrainState,
+    check_compatible,
+    config_dict,
+    dataset_hash,
+    init_state,
+    load_checkpoint,
+    make_optimizer,
+    package_versions,
+    read_meta,
+    save_checkpoint,
 )
-
-CKPT_FORMAT = 1
-
-
-class TrainState(eqx.Module):
-    """One seed's agent, optimiser state and step (stacked along a leading seed axis when vmapped)."""
-
-    agent: Any
-    opt_state: Any
-    step: Int[Array, ""]
-
-
-def make_optimizer(cfg) -> optax.GradientTransformation:
-    return optax.adam(cfg.lr)
-
-
-def init_state(key: PRNGKeyArray, backbone_name: str, obs_dim: int, action_dim: int, cfg) -> TrainState:
-    """A fresh TrainState (vmap it over seed keys for several seeds)."""
-    agent = get_backbone(backbone_name).init(key, obs_dim, action_dim, cfg)
-    opt_state = make_optimizer(cfg).init(eqx.filter(agent, eqx.is_array))
-    return TrainState(agent, opt_state, jnp.zeros((), jnp.int32))
+from ttt.data.dataset import Dataset
+from ttt.data.sampler import SamplerConfig, sample_rows
+from ttt.errors import TttError
+from ttt.presets import get_agent
+from ttt.storage import check_memory, locked, writable_dir
 
 
 def make_update(backbone_name: str, cfg, sampler: SamplerConfig):
@@ -119,189 +98,6 @@ def _dummy_dataset(obs_dim: int, action_dim: int) -> Dataset:
     return Dataset.from_arrays(
         np.zeros((4, obs_dim), np.float32), np.zeros((4, action_dim), np.float32), np.array([0, 1, 0, 1], bool)
     )
-
-
-# ----------------------------------------------------------------------------------------------- checkpoints
-
-
-def config_dict(cfg) -> dict:
-    return json.loads(json.dumps(dataclasses.asdict(cfg), default=list))
-
-
-def package_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for pkg in ("ttt", "jax", "jaxlib", "equinox", "optax", "ogbench", "mujoco", "numpy"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = "missing"
-    return out
-
-
-def dataset_hash(data: Dataset) -> str:
-    h = hashlib.sha256()
-    for name in ("observations", "actions", "ep_end"):
-        a = np.asarray(getattr(data, name))
-        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()[:16]
-
-
-def _atomic_write(path: Path, write: Callable[[Any], None], mode: str = "wb") -> None:
-    (atomic_write_bytes if "b" in mode else lambda p, w: atomic_write_text(p, _text_of(w)))(path, write)
-
-
-def _text_of(write: Callable[[Any], None]) -> str:
-    import io
-
-    buf = io.StringIO()
-    write(buf)
-    return buf.getvalue()
-
-
-def save_checkpoint(out: Path, states: TrainState, meta: dict) -> dict:
-    """Write `state-<step>.eqx` (Equinox serialised leaves) then `meta.json` pointing at it, both atomically;
-    returns the metadata written.
-
-    A crash at any moment leaves `meta.json` naming a complete state file (the previous one or the new one).
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    step = int(np.asarray(states.step).reshape(-1)[0])
-    name = f"state-{step:09d}.eqx"
-    atomic_write_bytes(out / name, lambda f: eqx.tree_serialise_leaves(f, states))
-    meta = {
-        **meta,
-        "format": CKPT_FORMAT,
-        "step": step,
-        "state_file": name,
-        "state_sha256": file_sha256(out / name),
-        "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
-    }
-    atomic_write_json(out / "meta.json", meta)
-    for old in out.glob("state-*.eqx"):
-        if old.name != name:
-            old.unlink(missing_ok=True)
-    return meta
-
-
-def read_meta(out: str | os.PathLike) -> dict:
-    path = Path(out) / "meta.json"
-    if not path.exists():
-        raise TttError(f"{Path(out)}: no checkpoint here (no meta.json); pre-train one with `ttt pretrain`")
-    try:
-        meta = json.loads(path.read_text())
-    except ValueError as e:
-        raise TttError(f"{path}: unreadable checkpoint metadata: {e}") from None
-    if not isinstance(meta, dict):
-        raise TttError(f"{path}: checkpoint metadata must be a JSON object, got {type(meta).__name__}")
-    for k in ("agent", "backbone", "config", "dataset", "dataset_hash", "obs_dim", "action_dim", "seeds", "state_file"):
-        if k not in meta:
-            raise TttError(f"{path}: checkpoint metadata lacks '{k}'")
-    _check_meta_types(meta, path)
-    return meta
-
-
-_META_TYPES = {"agent": str, "backbone": str, "config": dict, "dataset": str, "dataset_hash": str, "obs_dim": int,
-               "action_dim": int, "seeds": int, "state_file": str, "step": int, "sampler": dict}  # fmt: skip
-
-
-def _check_meta_types(meta: dict, path: Path) -> None:
-    """Types and ranges of the metadata a checkpoint is rebuilt from (a hand-edited or hostile meta.json is named,
-    not followed): counts are positive integers, the state file a plain name inside the checkpoint folder."""
-    for k, kind in _META_TYPES.items():
-        v = meta.get(k)
-        if k in meta and (not isinstance(v, kind) or isinstance(v, bool)):
-            raise TttError(f"{path}: checkpoint metadata '{k}' must be {kind.__name__}, got {json.dumps(v)}; the "
-                           "file was altered: pre-train the checkpoint again")  # fmt: skip
-    for k in ("obs_dim", "action_dim", "seeds"):
-        if meta[k] < 1:
-            raise TttError(f"{path}: checkpoint metadata '{k}' must be >= 1, got {meta[k]}")
-    if meta.get("step", 0) < 0:
-        raise TttError(f"{path}: checkpoint metadata 'step' must be >= 0, got {meta['step']}")
-    name = meta["state_file"]
-    if Path(name).name != name or name in ("", ".", ".."):
-        raise TttError(f"{path}: checkpoint metadata 'state_file' must be a file name in the checkpoint folder (a "
-                       f"state-<step>.eqx), got {name!r}")  # fmt: skip
-
-
-def backbone_config(meta: dict):
-    """Rebuild the backbone Config saved in a checkpoint's metadata."""
-    backbone = get_backbone(meta["backbone"])
-    cfg = meta["config"]
-
-    types = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
-    try:
-        unknown = sorted(set(cfg) - set(types))
-        if unknown:
-            raise TttError(f"unknown key(s) {', '.join(unknown)}")
-        return backbone.Config(**{k: check_config_value(meta["backbone"], k, types[k], v) for k, v in cfg.items()})
-    except (TypeError, ValueError, TttError) as e:
-        raise TttError(f"checkpoint metadata 'config' is not a valid {meta['backbone']} config ({e}); the file was "
-                       "altered or comes from another version: pre-train the checkpoint again") from None
-
-
-def sampler_config(meta: dict) -> SamplerConfig:
-    """Rebuild the SamplerConfig saved in a checkpoint's metadata."""
-    d = dict(meta["sampler"])
-    d["value"], d["actor"] = GoalMix(**d["value"]), GoalMix(**d["actor"])
-    return SamplerConfig(**d)
-
-
-def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[TrainState, dict]:
-    """The seed-stacked TrainState and metadata of a checkpoint directory."""
-    out = Path(out)
-    meta = read_meta(out) if meta is None else meta
-    cfg = backbone_config(meta)
-    keys = jax.random.split(jax.random.key(0), meta["seeds"])
-    # Only the structure, shapes and dtypes are needed: traced, not run (running it op by op compiles every op).
-    init = eqx.filter_vmap(lambda k: init_state(k, meta["backbone"], meta["obs_dim"], meta["action_dim"], cfg))
-    template = eqx.filter_eval_shape(init, keys)
-    path = out / meta["state_file"]
-    verify_checkpoint(out, meta)
-    try:
-        with open(path, "rb") as f:
-            states = eqx.tree_deserialise_leaves(f, template)
-    except (OSError, ValueError, RuntimeError) as e:
-        raise TttError(f"{path}: cannot read checkpoint state: {e}") from None
-    return states, meta
-
-
-def verify_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> None:
-    """Raise TttError when the checkpoint's state file is missing or its sha256 differs from the one recorded at
-    save time (a truncated or altered file)."""
-    out = Path(out)
-    meta = read_meta(out) if meta is None else meta
-    path = out / meta["state_file"]
-    if not path.exists():
-        raise TttError(f"{path}: the checkpoint's state file is missing; delete {out} to train from scratch")
-    want = meta.get("state_sha256")
-    if want is not None and file_sha256(path) != want:
-        raise TttError(
-            f"{path}: corrupt checkpoint state (sha256 differs from the one saved in meta.json); delete {out} to "
-            "train from scratch"
-        )
-
-
-def check_compatible(meta: dict, dataset: str, obs_dim: int, action_dim: int, where: str, data_hash: str | None = None):
-    """Refuse a checkpoint trained on another dataset or observation size, naming both.
-
-    Sizes come first (known from the dataset's spec before anything loads); `data_hash`, when given, must match
-    the content hash of the data the checkpoint was trained on.
-    """
-    if meta["obs_dim"] != obs_dim or meta["action_dim"] != action_dim:
-        raise TttError(
-            f"{where}: checkpoint was trained on {meta['dataset']} (observation size {meta['obs_dim']}, action "
-            f"size {meta['action_dim']}), but {dataset} has observation size {obs_dim} and action size {action_dim}"
-        )
-    if meta["dataset"] != dataset:
-        raise TttError(f"{where}: checkpoint was trained on {meta['dataset']}, not on {dataset}")
-    if data_hash is not None and meta["dataset_hash"] != data_hash:
-        raise TttError(
-            f"{where}: checkpoint was trained on a different copy of {dataset} (content hash "
-            f"{meta['dataset_hash']} vs {data_hash}); regenerate it with the same seed or retrain"
-        )
 
 
 # --------------------------------------------------------------------------------------------------- driver

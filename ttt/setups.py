@@ -20,6 +20,7 @@ from typing import Any
 
 from ttt import select as _select
 from ttt.agents import get_backbone
+from ttt.checkpoint import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.envs import has_jax_env, make_env
@@ -29,7 +30,6 @@ from ttt.errors import TttError
 from ttt.evaluate import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.graph import TTGSConfig, published_tau_threshold
-from ttt.pretrain import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
 from ttt.select import IGNORED_BY_RULE, SelectConfig
 
 # base policy; GC-TTT ranking by the critic; GC-TTT without a critic; test-time graph search (no training); GC-TTT

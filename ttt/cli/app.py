@@ -12,6 +12,7 @@ from ttt.cli.common import SAVED, interrupt_note
 from ttt.cli.data import data
 from ttt.cli.evaluate import eval_cmd
 from ttt.cli.expert import expert
+from ttt.cli.interop import export_group, import_group
 from ttt.cli.run import report_cmd, run_cmd
 from ttt.cli.train import pretrain_cmd
 from ttt.errors import TttError
@@ -23,7 +24,7 @@ def cli() -> None:
     """Goal-conditioned test-time training (GC-TTT) on OGBench, in JAX/Equinox."""
 
 
-for command in (data, expert, pretrain_cmd, eval_cmd, run_cmd, report_cmd):
+for command in (data, expert, pretrain_cmd, eval_cmd, run_cmd, report_cmd, import_group, export_group):
     cli.add_command(command)
 
 

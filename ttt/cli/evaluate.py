@@ -145,11 +145,11 @@ def eval_cmd(
         interrupt_note("nothing is saved: ttt eval keeps its results only with --json FILE (a rerun with the same "
                        "--json resumes at the first unfinished variant)")  # fmt: skip
 
+    from ttt.checkpoint import check_compatible, dataset_hash, load_checkpoint, read_meta
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.envs import NO_MJX, has_jax_env
     from ttt.evaluate import evaluate
-    from ttt.pretrain import check_compatible, dataset_hash, load_checkpoint, read_meta
     from ttt.setups import VARIANTS
 
     meta = read_meta(checkpoint)

@@ -49,7 +49,7 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
         f"{seeds} seed(s), {steps} steps -> {out}"
     )
     if (Path(out) / "meta.json").exists():
-        from ttt.pretrain import read_meta
+        from ttt.checkpoint import read_meta
 
         at = read_meta(out).get("step", 0)
         if at < steps:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ttt.checkpoint import config_dict
 from ttt.data.files import default_dir
 from ttt.pipeline.config import EVAL_KEYS, LATE_EVAL_KEYS, RUN_KEYS, effective_rule
-from ttt.pretrain import config_dict
 from ttt.storage import digest, file_sha256
 
 

@@ -10,13 +10,13 @@ import os
 import time
 from pathlib import Path
 
+from ttt.checkpoint import dataset_hash
 from ttt.errors import TttError
 from ttt.pipeline.config import Pipeline
 from ttt.pipeline.keys import cache_root
 from ttt.pipeline.plan import plan_pipeline
 from ttt.pipeline.report import rows, table_md, write_report, write_results
 from ttt.pipeline.stages import BarFactory, Echo, EnvCache, ensure_checkpoint, ensure_data, evaluate_run, load_data
-from ttt.pretrain import dataset_hash
 from ttt.storage import atomic_write_text, dumps, locked, read_json, writable_dir
 
 STAGES = ("data", "pretrain", "eval")

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ttt.checkpoint import check_compatible, config_dict, load_checkpoint, read_meta, verify_checkpoint
 from ttt.data.expert import NumpyExpert, load_actor
 from ttt.data.files import load
 from ttt.data.generate import generate as gen
@@ -23,7 +24,7 @@ from ttt.evaluate import evaluate
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
-from ttt.pretrain import check_compatible, config_dict, load_checkpoint, pretrain, read_meta, verify_checkpoint
+from ttt.pretrain import pretrain
 from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, read_json
 
 Echo = Callable[[str], None]

@@ -1,0 +1,550 @@
+"""Agents in OGBench's checkpoint format, in and out: `import_checkpoint` and `export_checkpoint`.
+
+OGBench's reference agents (`impls/` of seohongpark/ogbench) and the GC-TTT authors' code built on them save an agent
+with `utils/flax_utils.save_agent`: a pickle of `{'agent': flax.serialization.to_state_dict(agent)}`, i.e.
+`{'rng', 'network': {'step', 'params', 'opt_state'}}` with `params['modules_<name>']` one entry per network of the
+agent's `ModuleDict` (Flax names: `Dense_i` / `LayerNorm_i` inside each MLP, an ensemble's leaves stacked on a
+leading axis, a `kernel` stored `(in, out)` as ours) and `opt_state` optax's Adam state `{'0': {'count', 'mu',
+'nu'}, '1': {}}` over the same tree.
+
+The mapping between that tree and a `ttt` agent is declared once per backbone (`_paths`): a list of (Flax key
+path, where the leaf lives in the `ttt` agent). Import reads the network sizes from the parameter shapes, takes
+every other setting from `settings` (the reference's `get_config()` names) over the reference's defaults, and
+writes an ordinary `ttt` checkpoint; export writes the pickle the reference's `restore_agent` reads. Import of an
+export gives back the same arrays bit for bit. The pickle is read with `ttt.safe_pickle` (nothing in it runs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from ttt import safe_pickle
+from ttt.checkpoint import (
+    Checkpoint,
+    TrainState,
+    check_compatible,
+    config_dict,
+    dataset_hash,
+    init_state,
+    open_checkpoint,
+    package_versions,
+    save_checkpoint,
+)
+from ttt.data.sampler import GoalMix, SamplerConfig
+from ttt.data.specs import get_spec
+from ttt.errors import TttError
+from ttt.presets import AGENTS, check_config_value, get_agent
+from ttt.storage import file_sha256, writable_dir
+
+AGENTS_SUPPORTED = ("gcbc", "gciql", "qrl", "saw")
+"""`--agent` names: OGBench's gcbc, gciql (DDPG+BC or AWR: `actor_loss`), qrl (IQE), the authors' saw."""
+
+NETWORKS: dict[str, frozenset[str]] = {
+    "gcbc": frozenset({"actor"}),
+    "gciql": frozenset({"actor", "value", "critic", "target_critic"}),
+    "qrl": frozenset({"actor", "value", "lam", "dynamics"}),
+    "saw": frozenset({"actor", "low_actor", "value", "target_value", "goal_rep"}),
+}
+"""The `modules_<name>` networks each reference agent saves (QRL with AWR has no `dynamics`)."""
+
+REFERENCE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gcbc": dict(lr=3e-4, batch_size=1024, discount=0.99, const_std=True),
+    "gciql": dict(lr=3e-4, batch_size=1024, discount=0.99, tau=0.005, expectile=0.9, actor_loss="ddpgbc", alpha=0.3,
+                  const_std=True),
+    "qrl": dict(lr=3e-4, batch_size=1024, discount=0.99, eps=0.05, actor_loss="ddpgbc", alpha=0.003, const_std=True,
+                dim_per_component=8),
+    "saw": dict(lr=3e-4, batch_size=1024, discount=0.99, tau=0.005, expectile=0.7, low_alpha=3.0, awr_alpha=3.0,
+                kl_alpha=3.0, subgoal_steps=25, const_std=True),
+}  # fmt: skip
+"""The reference's `get_config()` values for what the parameters cannot tell (`impls/agents/*.py`, the authors'
+`agents/saw.py`)."""
+
+SAMPLER_KEYS = ("value_p_curgoal", "value_p_trajgoal", "value_p_randomgoal", "value_geom_sample", "actor_p_curgoal",
+                "actor_p_trajgoal", "actor_p_randomgoal", "actor_geom_sample", "gc_negative")  # fmt: skip
+"""OGBench's `GCDataset` settings `settings` may name (defaults: the reference agent's `get_config()`)."""
+
+IGNORED_KEYS = ("agent_name", "dataset_class", "p_aug", "frame_stack", "encoder", "discrete", "share_goal_rep")
+"""Reference config keys accepted when they hold the value `ttt` supports (checked in `_check_unsupported`)."""
+
+ShapeTree = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------------ leaf mapping
+
+
+Where = Callable[[Any], Any]
+
+
+def _mlp(prefix: tuple[str, ...], get: Where, n_layers: int, n_norms: int) -> list[tuple[tuple[str, ...], Where]]:
+    out = []
+    for i in range(n_layers):
+        out.append(((*prefix, f"Dense_{i}", "kernel"), lambda a, i=i: get(a).layers[i].weight))
+        out.append(((*prefix, f"Dense_{i}", "bias"), lambda a, i=i: get(a).layers[i].bias))
+    for j in range(n_norms):
+        out.append(((*prefix, f"LayerNorm_{j}", "scale"), lambda a, j=j: get(a).norms[j].scale))
+        out.append(((*prefix, f"LayerNorm_{j}", "bias"), lambda a, j=j: get(a).norms[j].bias))
+    return out
+
+
+def _mlp_of(net: Any, prefix: tuple[str, ...], get: Where) -> list[tuple[tuple[str, ...], Where]]:
+    return _mlp(prefix, get, len(net.layers), len(net.norms))
+
+
+def _actor(actor: Any, prefix: tuple[str, ...], get: Where) -> list[tuple[tuple[str, ...], Where]]:
+    """OGBench's `GCActor`: `actor_net` (the trunk), `mean_net`, and `log_stds` when the std is learned."""
+    out = _mlp_of(actor.trunk, (*prefix, "actor_net"), lambda a: get(a).trunk)
+    out.append(((*prefix, "mean_net", "kernel"), lambda a: get(a).mean_head.weight))
+    out.append(((*prefix, "mean_net", "bias"), lambda a: get(a).mean_head.bias))
+    if actor.log_stds is not None:
+        out.append(((*prefix, "log_stds"), lambda a: get(a).log_stds))
+    return out
+
+
+def _paths(backbone: str, agent: Any) -> list[tuple[tuple[str, ...], Where]]:
+    """Every parameter of a `ttt` agent as (its Flax key path under `params`, where it lives in the agent)."""
+    if backbone == "gcbc":
+        return _actor(agent.actor, ("modules_actor",), lambda a: a.actor)
+    if backbone == "gciql":
+        return [
+            *_actor(agent.actor, ("modules_actor",), lambda a: a.actor),
+            *_mlp_of(agent.value.net, ("modules_value", "value_net"), lambda a: a.value.net),
+            *_mlp_of(agent.critic.net, ("modules_critic", "value_net"), lambda a: a.critic.net),
+            *_mlp_of(agent.target_critic.net, ("modules_target_critic", "value_net"), lambda a: a.target_critic.net),
+        ]
+    if backbone == "qrl":
+        out = [
+            *_actor(agent.actor, ("modules_actor",), lambda a: a.actor),
+            *_mlp_of(agent.value.phi, ("modules_value", "phi"), lambda a: a.value.phi),
+            (("modules_value", "alpha", "value"), lambda a: a.value.alpha_logit),
+            (("modules_lam", "log_value"), lambda a: a.log_lam),
+        ]
+        if agent.dynamics is not None:
+            out += _mlp_of(agent.dynamics, ("modules_dynamics",), lambda a: a.dynamics)
+        return out
+    if backbone == "saw":
+        return _saw_paths(agent)
+    raise TttError(f"no OGBench format for backbone {backbone!r}; supported: {', '.join(AGENTS_SUPPORTED)}")
+
+
+def _saw_paths(agent: Any) -> list[tuple[tuple[str, ...], Where]]:
+    """The authors' SAW (`agents/saw.py`): value / target value heads on `[s, phi([s, g])]` with the goal
+    representation `phi` stored under `modules_goal_rep` (shared by the value) and its target copy inside the target
+    value's encoder; the flat actor's own representation inside its encoder; the low actor a plain `GCActor`."""
+    return [
+        *_mlp_of(agent.value.goal_rep.net, ("modules_goal_rep", "layers_0"), lambda a: a.value.goal_rep.net),
+        *_mlp_of(agent.value.heads.net, ("modules_value", "value_net"), lambda a: a.value.heads.net),
+        *_mlp_of(agent.target_value.goal_rep.net, ("modules_target_value", "gc_encoder", "concat_encoder",
+                                                   "layers_0"), lambda a: a.target_value.goal_rep.net),
+        *_mlp_of(agent.target_value.heads.net, ("modules_target_value", "value_net"),
+                 lambda a: a.target_value.heads.net),
+        *_mlp_of(agent.actor.goal_rep.net, ("modules_actor", "gc_encoder", "concat_encoder", "layers_0"),
+                 lambda a: a.actor.goal_rep.net),
+        *_actor(agent.actor.policy, ("modules_actor",), lambda a: a.actor.policy),
+        *_actor(agent.low_actor, ("modules_low_actor",), lambda a: a.low_actor),
+    ]  # fmt: skip
+
+
+def _get(tree: ShapeTree, path: tuple[str, ...]) -> Any:
+    for k in path:
+        if not isinstance(tree, dict) or k not in tree:
+            return None
+        tree = tree[k]
+    return tree
+
+
+def _put(tree: ShapeTree, path: tuple[str, ...], value: Any) -> None:
+    for k in path[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[path[-1]] = value
+
+
+def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    if isinstance(tree, dict):
+        out = {}
+        for k, v in tree.items():
+            out.update(_leaves(v, (*prefix, str(k))))
+        return out
+    return {prefix: tree}
+
+
+def to_flax(backbone: str, agent: Any) -> ShapeTree:
+    """The `params` tree (nested dicts of NumPy arrays) the reference agent holds for `agent` (one seed)."""
+    out: ShapeTree = {}
+    for path, where in _paths(backbone, agent):
+        _put(out, path, np.asarray(where(agent)))
+    return out
+
+
+def from_flax(backbone: str, template: Any, params: ShapeTree, where_from: str) -> Any:
+    """`template` (a `ttt` agent, or its shape) with every parameter taken from the Flax tree `params`; a missing
+    leaf or a shape that differs is one line naming it; a leaf of `params` that nothing takes is refused too."""
+    paths = _paths(backbone, template)
+    values = []
+    for path, where in paths:
+        got = _get(params, path)
+        want = where(template)
+        name = "/".join(path)
+        if got is None:
+            raise TttError(f"{where_from}: the state dict has no {name} (a {backbone} agent of these sizes has it)")
+        got = np.asarray(got)
+        if tuple(got.shape) != tuple(want.shape):
+            raise TttError(f"{where_from}: {name} has shape {tuple(got.shape)}, expected {tuple(want.shape)} (the "
+                           "networks' sizes disagree)")  # fmt: skip
+        values.append(jnp.asarray(got, dtype=want.dtype))
+    extra = sorted(set(_leaves(params)) - {p for p, _ in paths})
+    if extra:
+        raise TttError(f"{where_from}: the state dict holds {'/'.join(extra[0])} ({len(extra)} unexpected leaves), "
+                       f"which a {backbone} agent does not have")  # fmt: skip
+    return eqx.tree_at(lambda a: [w(a) for _, w in paths], template, values)
+
+
+# ------------------------------------------------------------------------------------------- sizes from shapes
+
+
+def _widths(mlp: Any, where: str, name: str) -> tuple[tuple[int, ...], int, bool]:
+    """(out widths of Dense_0.., in width, has LayerNorm) of a Flax MLP dict."""
+    if not isinstance(mlp, dict) or "Dense_0" not in mlp:
+        raise TttError(f"{where}: {name} is not an MLP (no Dense_0)")
+    widths, i = [], 0
+    while f"Dense_{i}" in mlp:
+        k = np.asarray(_get(mlp, (f"Dense_{i}", "kernel")))
+        if k.ndim < 2:
+            raise TttError(f"{where}: {name}/Dense_{i}/kernel is not a matrix")
+        widths.append(int(k.shape[-1]))
+        i += 1
+    first = np.asarray(mlp["Dense_0"]["kernel"])
+    return tuple(widths), int(first.shape[-2]), "LayerNorm_0" in mlp
+
+
+def infer_sizes(agent: str, params: ShapeTree, where: str) -> dict[str, Any]:
+    """The config fields the parameter shapes determine (hidden dims, layer norm, const std, latent size), plus
+    `obs_dim` / `action_dim`; networks whose widths must agree and do not are one line naming both."""
+    m = lambda name: params.get(f"modules_{name}")  # noqa: E731
+    actor_key = "actor"
+    actor = m(actor_key)
+    if not isinstance(actor, dict) or "actor_net" not in actor:
+        raise TttError(f"{where}: modules_actor is not OGBench's GCActor (no actor_net)")
+    actor_dims, actor_in, _ = _widths(actor["actor_net"], where, "modules_actor/actor_net")
+    action_dim = int(np.asarray(_get(actor, ("mean_net", "kernel"))).shape[-1])
+    out: dict[str, Any] = dict(actor_hidden_dims=actor_dims, const_std="log_stds" not in actor, action_dim=action_dim)
+    if agent in ("gcbc", "gciql", "qrl"):
+        if actor_in % 2:
+            raise TttError(f"{where}: the actor's input width {actor_in} is not observation + goal of equal size")
+        out["obs_dim"] = actor_in // 2
+    if agent == "gciql":
+        v_dims, v_in, v_ln = _widths(_get(params, ("modules_value", "value_net")), where, "modules_value")
+        q_dims, q_in, q_ln = _widths(_get(params, ("modules_critic", "value_net")), where, "modules_critic")
+        if v_dims != q_dims or v_ln != q_ln:
+            raise TttError(f"{where}: the value's hidden widths {v_dims[:-1]} (layer norm {v_ln}) and the critic's "
+                           f"{q_dims[:-1]} (layer norm {q_ln}) disagree; the reference builds both from "
+                           "value_hidden_dims")  # fmt: skip
+        if v_in != 2 * out["obs_dim"] or q_in != v_in + action_dim:
+            raise TttError(f"{where}: the value's input width {v_in} / critic's {q_in} do not fit observation "
+                           f"{out['obs_dim']} and action {action_dim}")  # fmt: skip
+        out.update(value_hidden_dims=v_dims[:-1], layer_norm=v_ln)
+    elif agent == "qrl":
+        p_dims, p_in, p_ln = _widths(_get(params, ("modules_value", "phi")), where, "modules_value/phi")
+        out.update(value_hidden_dims=p_dims[:-1], latent_dim=p_dims[-1], layer_norm=p_ln)
+        if p_in != out["obs_dim"]:
+            raise TttError(f"{where}: the value's input width {p_in} is not the observation size {out['obs_dim']}")
+        dyn = m("dynamics")
+        if dyn is not None:
+            d_dims, _, d_ln = _widths(dyn, where, "modules_dynamics")
+            if d_dims != p_dims or d_ln != p_ln:
+                raise TttError(f"{where}: the dynamics widths {d_dims} and the value's {p_dims} disagree; the "
+                               "reference builds both from value_hidden_dims and latent_dim")  # fmt: skip
+        out["actor_loss"] = "ddpgbc" if dyn is not None else "awr"
+    elif agent == "saw":
+        rep = _get(params, ("modules_goal_rep", "layers_0"))
+        r_dims, r_in, r_ln = _widths(rep, where, "modules_goal_rep")
+        v_dims, _, _ = _widths(_get(params, ("modules_value", "value_net")), where, "modules_value")
+        low = _get(params, ("modules_low_actor", "actor_net"))
+        low_dims, _, _ = _widths(low, where, "modules_low_actor/actor_net")
+        if r_dims[:-1] != v_dims[:-1]:
+            raise TttError(f"{where}: the goal representation's widths {r_dims[:-1]} and the value's {v_dims[:-1]} "
+                           "disagree; the reference builds both from value_hidden_dims")  # fmt: skip
+        if r_in % 2:
+            raise TttError(f"{where}: the goal representation's input width {r_in} is not observation + goal")
+        out.update(obs_dim=r_in // 2, value_hidden_dims=v_dims[:-1], rep_dim=r_dims[-1], layer_norm=r_ln,
+                   low_actor_hidden_dims=low_dims)  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------- import
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One reference pickle read: its path, sha256 and state dict parts."""
+
+    path: Path
+    sha256: str
+    params: ShapeTree
+    opt_state: Any
+    step: int
+
+
+def read_reference(path: str | os.PathLike) -> Source:
+    """Read an OGBench-format pickle with the restricted unpickler and check its outline."""
+    path = Path(path)
+    obj = safe_pickle.load(path)
+    agent = obj.get("agent") if isinstance(obj, dict) else None
+    if not isinstance(agent, dict):
+        raise TttError(f"{path}: not an OGBench agent pickle (expected {{'agent': state dict}}, as save_agent "
+                       f"writes; got {type(obj).__name__}{' with keys ' + ', '.join(map(str, obj)) if isinstance(obj, dict) else ''})")  # fmt: skip # noqa: E501
+    network = agent.get("network")
+    if not isinstance(network, dict) or not isinstance(network.get("params"), dict):
+        raise TttError(f"{path}: the agent state dict has no network/params (keys: {', '.join(map(str, agent))})")
+    step = network.get("step", 1)
+    try:
+        step = int(np.asarray(step))
+    except (TypeError, ValueError):
+        raise TttError(f"{path}: network/step is not a number") from None
+    return Source(path, file_sha256(path), network["params"], network.get("opt_state"), step)
+
+
+def _which_agent(modules: set[str]) -> str | None:
+    for name, nets in NETWORKS.items():
+        if modules == nets or (name == "qrl" and modules == nets - {"dynamics"}):
+            return name
+    return None
+
+
+def _check_networks(agent: str, src: Source) -> None:
+    modules = {k[len("modules_"):] for k in src.params if str(k).startswith("modules_")}
+    want = NETWORKS[agent] - ({"dynamics"} if agent == "qrl" else set())
+    if want <= modules <= NETWORKS[agent] and set(src.params) == {f"modules_{m}" for m in modules}:
+        return
+    other = _which_agent(modules)
+    if other is not None and other != agent:
+        raise TttError(f"{src.path}: this pickle holds a {other} agent (networks {', '.join(sorted(modules))}), not "
+                       f"{agent}; pass --agent {other}")  # fmt: skip
+    missing = sorted(want - modules)
+    if missing:
+        raise TttError(f"{src.path}: the state dict lacks network(s) {', '.join(missing)} (a {agent} agent has "
+                       f"{', '.join(sorted(NETWORKS[agent]))})")  # fmt: skip
+    raise TttError(f"{src.path}: unexpected entries {', '.join(sorted(map(str, set(src.params) - {f'modules_{m}' for m in NETWORKS[agent]})))} "  # noqa: E501
+                   f"in params; a {agent} agent has {', '.join(sorted(NETWORKS[agent]))}")  # fmt: skip
+
+
+def _check_unsupported(settings: dict[str, Any]) -> None:
+    checks = {"discrete": (False, "continuous actions only"), "encoder": (None, "state observations only (no "
+              "visual encoder)"), "p_aug": (0.0, "no image augmentation"), "frame_stack": (None, "no frame stacking"),
+              "share_goal_rep": (False, "SAW with separate actor and value goal representations only")}  # fmt: skip
+    for k, (ok, what) in checks.items():
+        if k in settings and settings[k] not in (ok, None if ok is None else ok):
+            raise TttError(f"{k}={settings[k]!r} is not supported: ttt imports {what}")
+
+
+def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) -> tuple[str, Any, SamplerConfig]:
+    """(preset name, backbone Config, SamplerConfig) of an imported agent: sizes from the shapes, the rest from
+    `settings` over the reference's defaults. A setting that contradicts the shapes, or that ttt does not know,
+    is one line naming it and what is valid."""
+    from ttt.agents import get_backbone
+
+    backbone = get_backbone(agent)
+    fields = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
+    settings = dict(settings)
+    _check_unsupported(settings)
+    for k in IGNORED_KEYS:
+        settings.pop(k, None)
+    shape_keys = {k for k in sizes if k in fields}
+    values: dict[str, Any] = dict(REFERENCE_DEFAULTS[agent])
+    values.update({k: v for k, v in sizes.items() if k in fields})
+    if agent == "gcbc":
+        values["with_critic"] = False
+    sampler_set = {k: settings.pop(k) for k in list(settings) if k in SAMPLER_KEYS}
+    unknown = sorted(set(settings) - set(fields) - {"value_hidden_dims", "low_actor_hidden_dims"})
+    if unknown:
+        valid = sorted((set(fields) - shape_keys - {"with_critic"}) | set(SAMPLER_KEYS))
+        raise TttError(f"unknown setting(s) {', '.join(unknown)} for {agent}; valid: {', '.join(valid)}")
+    for k, v in settings.items():
+        if k not in fields:
+            continue
+        v = check_config_value(agent, k, fields[k], v)
+        if k in shape_keys and v != values[k]:
+            raise TttError(f"setting {k}={v!r} contradicts the checkpoint's parameters, which say {values[k]!r}")
+        if k == "actor_loss" and agent == "qrl" and v != values[k]:
+            raise TttError(f"actor_loss={v!r} contradicts the checkpoint: QRL's DDPG+BC has a dynamics network, AWR "
+                           "none")  # fmt: skip
+        values[k] = v
+    try:
+        cfg = backbone.Config(**values)
+    except (TypeError, ValueError) as e:
+        raise TttError(f"{agent} config: {e}") from None
+    preset = "gciql-awr" if agent == "gciql" and cfg.actor_loss == "awr" else agent
+    p = AGENTS[preset]
+    d = dict(value_p_curgoal=p.value_mix.p_cur, value_p_trajgoal=p.value_mix.p_traj,
+             value_p_randomgoal=p.value_mix.p_rand, value_geom_sample=p.value_mix.geom, actor_p_curgoal=0.0,
+             actor_p_trajgoal=1.0, actor_p_randomgoal=0.0, actor_geom_sample=False,
+             gc_negative=p.gc_negative)  # fmt: skip
+    d.update(sampler_set)
+    try:
+        sampler = SamplerConfig(
+            batch_size=cfg.batch_size,
+            discount=getattr(cfg, "discount", 0.99),
+            value=GoalMix(float(d["value_p_curgoal"]), float(d["value_p_trajgoal"]), float(d["value_p_randomgoal"]),
+                          bool(d["value_geom_sample"])),
+            actor=GoalMix(float(d["actor_p_curgoal"]), float(d["actor_p_trajgoal"]), float(d["actor_p_randomgoal"]),
+                          bool(d["actor_geom_sample"])),
+            gc_negative=bool(d["gc_negative"]),
+        )  # fmt: skip
+    except (TypeError, ValueError) as e:
+        raise TttError(f"sampler settings: {e}") from None
+    return preset, cfg, sampler
+
+
+def _opt_from_flax(backbone: str, template: TrainState, opt: Any, where: str, count_default: int) -> Any:
+    """The `ttt` Adam state from the reference's `{'0': {'count', 'mu', 'nu'}, '1': {}}`; a fresh one when the
+    pickle holds none."""
+    adam = template.opt_state[0]
+    if not isinstance(opt, dict) or not isinstance(opt.get("0"), dict) or "mu" not in opt["0"]:
+        zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (adam.mu, adam.nu))
+        return (optax.ScaleByAdamState(count=jnp.asarray(0, jnp.int32), mu=zeros[0], nu=zeros[1]), optax.EmptyState())
+    mu = from_flax(backbone, adam.mu, opt["0"]["mu"], f"{where} (opt_state mu)")
+    nu = from_flax(backbone, adam.nu, opt["0"]["nu"], f"{where} (opt_state nu)")
+    count = jnp.asarray(np.asarray(opt["0"].get("count", count_default)), jnp.int32)
+    return (optax.ScaleByAdamState(count=count, mu=mu, nu=nu), optax.EmptyState())
+
+
+def import_checkpoint(
+    pkls: str | os.PathLike | Sequence[str | os.PathLike],
+    agent: str,
+    dataset: str,
+    out: str | os.PathLike,
+    settings: dict[str, Any] | None = None,
+    data_dir: str | os.PathLike | None = None,
+    reference: str = "ogbench",
+) -> Checkpoint:
+    """Turn OGBench-format agent pickles (one per seed, stacked in order) into a `ttt` checkpoint at `out`.
+
+    `agent`: gcbc, gciql (DDPG+BC or AWR by `settings['actor_loss']`), qrl or saw. Sizes come from the parameter
+    shapes; `settings` (the reference's `get_config()` names: alpha, discount, expectile, value_p_curgoal, ...)
+    fill the rest over the reference's defaults. The dataset must exist (its content hash goes into the meta, as
+    for a checkpoint trained here). Nothing is written unless everything checks; `out` must be new or empty.
+    """
+    if agent not in AGENTS_SUPPORTED:
+        raise TttError(f"unknown agent {agent!r}; ttt imports {', '.join(AGENTS_SUPPORTED)} (GC-IQL's AWR: --agent "
+                       "gciql --set actor_loss=awr)")  # fmt: skip
+    paths = [pkls] if isinstance(pkls, str | os.PathLike) else list(pkls)
+    if not paths:
+        raise TttError("give at least one pickle")
+    spec = get_spec(dataset)
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise TttError(f"--out {out} exists and is not an empty directory; give a new one")
+    settings = dict(settings or {})
+    sources = [read_reference(p) for p in paths]
+    for src in sources:
+        _check_networks(agent, src)
+    sizes = [infer_sizes(agent, s.params, str(s.path)) for s in sources]
+    for s, z in zip(sources[1:], sizes[1:], strict=True):
+        if z != sizes[0]:
+            raise TttError(f"{s.path}: its networks' sizes differ from {sources[0].path}'s; seeds stacked in one "
+                           "checkpoint must share one architecture")  # fmt: skip
+    obs_dim, action_dim = sizes[0]["obs_dim"], sizes[0]["action_dim"]
+    if (obs_dim, action_dim) != (spec.ob_dim, spec.action_dim):
+        raise TttError(f"{sources[0].path}: the agent takes observations of size {obs_dim} and actions of size "
+                       f"{action_dim}, but {dataset} has {spec.ob_dim} and {spec.action_dim}")  # fmt: skip
+    preset, cfg, sampler = make_configs(agent, sizes[0], settings)
+    get_agent(preset)
+    template = eqx.filter_eval_shape(init_state, jax.random.key(0), agent, obs_dim, action_dim, cfg)
+    states = []
+    for src in sources:
+        where = str(src.path)
+        params = from_flax(agent, template.agent, src.params, where)
+        opt = _opt_from_flax(agent, template, src.opt_state, where, src.step - 1)
+        states.append(TrainState(params, opt, jnp.asarray(max(src.step - 1, 0), jnp.int32)))
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+    from ttt.data.files import load
+
+    data = load(dataset, data_dir)
+    meta_probe = dict(obs_dim=obs_dim, action_dim=action_dim, dataset=dataset)
+    check_compatible(meta_probe, dataset, data.obs_dim, data.action_dim, str(sources[0].path))
+    meta = dict(
+        agent=preset,
+        backbone=agent,
+        config=config_dict(cfg),
+        sampler=config_dict(sampler),
+        dataset=dataset,
+        dataset_hash=dataset_hash(data),
+        obs_dim=obs_dim,
+        action_dim=action_dim,
+        seeds=len(sources),
+        seed=0,
+        profile="imported",
+        versions=package_versions(),
+        source=dict(
+            format="ogbench",
+            reference=reference,
+            files=[dict(name=s.path.name, sha256=s.sha256, step=s.step) for s in sources],
+            settings=settings,
+        ),
+    )
+    writable_dir(out.parent if not out.exists() else out, "--out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.import-"))
+    try:
+        save_checkpoint(tmp, stacked, meta)
+        if out.exists():
+            out.rmdir()
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return open_checkpoint(out)
+
+
+# ----------------------------------------------------------------------------------------------------- export
+
+
+def export_checkpoint(checkpoint: str | os.PathLike | Checkpoint, out: str | os.PathLike, seed: int = 0) -> Path:
+    """Write seed `seed` of a `ttt` checkpoint as the pickle OGBench's `restore_agent` reads (`params_N.pkl`).
+
+    The state dict holds what the reference agent holds: `rng` (PRNGKey(seed)), `network` with `step` (updates
+    done + 1, as the reference counts), `params` and the Adam state. GC-BC's selection critic has no place in
+    OGBench's GC-BC and is left out."""
+    ck = checkpoint if isinstance(checkpoint, Checkpoint) else open_checkpoint(checkpoint)
+    backbone = ck.backbone.name
+    if backbone not in AGENTS_SUPPORTED:
+        raise TttError(f"no OGBench format for backbone {backbone!r}; supported: {', '.join(AGENTS_SUPPORTED)}")
+    if not 0 <= seed < ck.seeds:
+        raise TttError(f"--seed must be in [0, {ck.seeds}) for this checkpoint of {ck.seeds} seed(s), got {seed}")
+    states = ck.load()
+    one = jax.tree.map(lambda x: x[seed], states)
+    agent, adam = one.agent, one.opt_state[0]
+    mu, nu = adam.mu, adam.nu
+    step = int(np.asarray(one.step))
+    state = {
+        "rng": np.asarray(jax.random.key_data(jax.random.PRNGKey(seed))).astype(np.uint32),
+        "network": {
+            "step": np.asarray(step + 1, np.int32),
+            "params": to_flax(backbone, agent),
+            "opt_state": {
+                "0": {"count": np.asarray(adam.count, np.int32), "mu": to_flax(backbone, mu),
+                      "nu": to_flax(backbone, nu)},
+                "1": {},
+            },
+        },
+    }  # fmt: skip
+    from ttt.storage import atomic_write_bytes
+
+    out = Path(out)
+    if out.is_dir():
+        raise TttError(f"--out {out} is a directory; give the pickle's file name (e.g. params_{step}.pkl)")
+    atomic_write_bytes(out, lambda f: pickle.dump({"agent": state}, f, protocol=4))
+    return out
