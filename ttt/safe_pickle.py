@@ -83,6 +83,9 @@ class _Restricted(pickle.Unpickler):
 
 def loads(data: bytes, where: str = "pickle") -> Any:
     """Unpickle `data` admitting only `ALLOWED` (see the module docstring); every array comes back as NumPy's."""
+    if data[:1] != b"\x80" or len(data) < 2 or data[1] < 2:
+        raise TttError(f"{where}: not a pickle (it starts with {data[:8]!r}; an agent checkpoint is a pickle of "
+                       "protocol 2 or newer, as save_agent writes)")  # fmt: skip
     try:
         obj = _Restricted(io.BytesIO(data)).load()
     except _Refused as e:
