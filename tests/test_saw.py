@@ -156,9 +156,15 @@ def np_batch(sb):
     }
 
 
+def np_target_v2(agent, s, g):
+    """The target heads on the ONLINE goal representation (the reference shares it), shape (2, batch)."""
+    x = np.concatenate([s, np_goal_rep(agent.value.goal_rep, s, g)], -1)
+    return np.stack([np_mlp(agent.target_value.net, x, i)[..., 0] for i in range(2)])
+
+
 def np_value_loss(agent, b, cfg):
-    nv1, nv2 = np_v2(agent.target_value, b["next_observations"], b["value_goals"])
-    v1t, v2t = np_v2(agent.target_value, b["observations"], b["value_goals"])
+    nv1, nv2 = np_target_v2(agent, b["next_observations"], b["value_goals"])
+    v1t, v2t = np_target_v2(agent, b["observations"], b["value_goals"])
     gm = cfg.discount * b["masks"]
     adv = b["rewards"] + gm * np.minimum(nv1, nv2) - (v1t + v2t) / 2
     v1, v2 = np_v2(agent.value, b["observations"], b["value_goals"])

@@ -22,6 +22,7 @@ import optax
 from jaxtyping import Array, Float, PRNGKeyArray, Real
 
 from ttt.agents import get_backbone
+from ttt.agents.common import step_targets
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
 from ttt.hparams import HParams, n_uniform
@@ -159,10 +160,10 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
         (loss, _), grads = eqx.filter_value_and_grad(loss_of, has_aux=True)(train)
         o = opt if lr is None else optax.adam(lr)  # a traced lr: the same Adam (its state does not hold lr)
         updates, opt_state = o.update(grads, opt_state, train)
-        agent = eqx.combine(eqx.apply_updates(train, updates), rest)
+        stepped = eqx.combine(eqx.apply_updates(train, updates), rest)
         if ft.train == "all":  # with `train = 'actor'` the critic is fixed, and so is its target
-            agent = backbone.target_update(agent, cfg)
-        return agent, opt_state, loss
+            stepped = step_targets(backbone, cfg, agent, stepped)  # from the pre-step critic, as OGBench
+        return stepped, opt_state, loss
 
     def restrict(agent, opt_state):
         """A pre-training Adam state (over every array of the agent) cut to the trainable arrays: the moments of

@@ -56,7 +56,7 @@ NETWORKS: dict[str, frozenset[str]] = {
     "gcbc": frozenset({"actor"}),
     "gciql": frozenset({"actor", "value", "critic", "target_critic"}),
     "qrl": frozenset({"actor", "value", "lam", "dynamics"}),
-    "saw": frozenset({"actor", "low_actor", "value", "target_value", "goal_rep"}),
+    "saw": frozenset({"actor", "low_actor", "value", "target_value", "goal_rep", "actor_goal_rep_def"}),
 }
 """The `modules_<name>` networks each reference agent saves (QRL with AWR has no `dynamics`)."""
 
@@ -76,7 +76,8 @@ SAMPLER_KEYS = ("value_p_curgoal", "value_p_trajgoal", "value_p_randomgoal", "va
                 "actor_p_trajgoal", "actor_p_randomgoal", "actor_geom_sample", "gc_negative")  # fmt: skip
 """OGBench's `GCDataset` settings `settings` may name (defaults: the reference agent's `get_config()`)."""
 
-IGNORED_KEYS = ("agent_name", "dataset_class", "p_aug", "frame_stack", "encoder", "discrete", "share_goal_rep")
+IGNORED_KEYS = ("agent_name", "dataset_class", "p_aug", "frame_stack", "encoder", "discrete", "share_goal_rep",
+                "quasimetric_type")
 """Reference config keys accepted when they hold the value `ttt` supports (checked in `_check_unsupported`)."""
 
 ShapeTree = dict[str, Any]
@@ -140,21 +141,18 @@ def _paths(backbone: str, agent: Any) -> list[tuple[tuple[str, ...], Where]]:
 
 
 def _saw_paths(agent: Any) -> list[tuple[tuple[str, ...], Where]]:
-    """The authors' SAW (`agents/saw.py`): value / target value heads on `[s, phi([s, g])]` with the goal
-    representation `phi` stored under `modules_goal_rep` (shared by the value) and its target copy inside the target
-    value's encoder; the flat actor's own representation inside its encoder; the low actor a plain `GCActor`."""
+    """The authors' SAW (`agents/saw.py`, `share_goal_rep=False`): the value's goal representation `phi_v` is one
+    module, `modules_goal_rep` (an `nn.Sequential` whose MLP is `layers_0`), that the value and the target value
+    both read; `modules_value` / `modules_target_value` hold the twin heads; the flat actor's own representation is
+    `modules_actor_goal_rep_def`; the low actor is a plain `GCActor`."""
     return [
         *_mlp_of(agent.value.goal_rep.net, ("modules_goal_rep", "layers_0"), lambda a: a.value.goal_rep.net),
         *_mlp_of(agent.value.heads.net, ("modules_value", "value_net"), lambda a: a.value.heads.net),
-        *_mlp_of(agent.target_value.goal_rep.net, ("modules_target_value", "gc_encoder", "concat_encoder",
-                                                   "layers_0"), lambda a: a.target_value.goal_rep.net),
-        *_mlp_of(agent.target_value.heads.net, ("modules_target_value", "value_net"),
-                 lambda a: a.target_value.heads.net),
-        *_mlp_of(agent.actor.goal_rep.net, ("modules_actor", "gc_encoder", "concat_encoder", "layers_0"),
-                 lambda a: a.actor.goal_rep.net),
+        *_mlp_of(agent.target_value.net, ("modules_target_value", "value_net"), lambda a: a.target_value.net),
+        *_mlp_of(agent.actor.goal_rep.net, ("modules_actor_goal_rep_def", "layers_0"), lambda a: a.actor.goal_rep.net),
         *_actor(agent.actor.policy, ("modules_actor",), lambda a: a.actor.policy),
         *_actor(agent.low_actor, ("modules_low_actor",), lambda a: a.low_actor),
-    ]  # fmt: skip
+    ]
 
 
 def _get(tree: ShapeTree, path: tuple[str, ...]) -> Any:
@@ -343,7 +341,8 @@ def _check_networks(agent: str, src: Source) -> None:
 def _check_unsupported(settings: dict[str, Any]) -> None:
     checks = {"discrete": (False, "continuous actions only"), "encoder": (None, "state observations only (no "
               "visual encoder)"), "p_aug": (0.0, "no image augmentation"), "frame_stack": (None, "no frame stacking"),
-              "share_goal_rep": (False, "SAW with separate actor and value goal representations only")}  # fmt: skip
+              "share_goal_rep": (False, "SAW with separate actor and value goal representations only"),
+              "quasimetric_type": ("iqe", "QRL with the IQE quasimetric only")}  # fmt: skip
     for k, (ok, what) in checks.items():
         if k in settings and settings[k] not in (ok, None if ok is None else ok):
             raise TttError(f"{k}={settings[k]!r} is not supported: ttt imports {what}")
@@ -361,6 +360,14 @@ def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) ->
     _check_unsupported(settings)
     for k in IGNORED_KEYS:
         settings.pop(k, None)
+    if agent == "saw" and settings.get("actor_loss", "default") == "default":
+        settings.pop("actor_loss", None)  # the reference SAW's only actor loss
+    geom_discount = settings.pop("actor_geom_discount", None)  # the authors' fork: the actor goals' own discount
+    if geom_discount is not None and settings.get("actor_geom_sample") and geom_discount != settings.get(
+        "discount", REFERENCE_DEFAULTS[agent]["discount"]
+    ):
+        raise TttError(f"actor_geom_discount={geom_discount} differs from discount: ttt samples geometric actor goals "
+                       "with the discount")  # fmt: skip
     shape_keys = {k for k in sizes if k in fields}
     values: dict[str, Any] = dict(REFERENCE_DEFAULTS[agent])
     values.update({k: v for k, v in sizes.items() if k in fields})
@@ -420,6 +427,40 @@ def _opt_from_flax(backbone: str, template: TrainState, opt: Any, where: str, co
     return (optax.ScaleByAdamState(count=count, mu=mu, nu=nu), optax.EmptyState())
 
 
+@dataclasses.dataclass(frozen=True)
+class Imported:
+    """One reference agent as a `ttt` `TrainState` (one seed), with its observation and action sizes."""
+
+    state: TrainState
+    agent_dims: tuple[int, int]
+
+
+def reference_states(
+    sources: Sequence[Source], agent: str, settings: dict[str, Any]
+) -> tuple[str, Any, SamplerConfig, list[Imported]]:
+    """(preset name, Config, SamplerConfig, one `Imported` per source): the networks, Adam state and update count
+    of each reference pickle in `ttt`'s layout. Sizes come from the shapes and must agree between sources."""
+    for src in sources:
+        _check_networks(agent, src)
+    sizes = [infer_sizes(agent, s.params, str(s.path)) for s in sources]
+    for s, z in zip(sources[1:], sizes[1:], strict=True):
+        if z != sizes[0]:
+            raise TttError(f"{s.path}: its networks' sizes differ from {sources[0].path}'s; seeds stacked in one "
+                           "checkpoint must share one architecture")  # fmt: skip
+    obs_dim, action_dim = sizes[0]["obs_dim"], sizes[0]["action_dim"]
+    preset, cfg, sampler = make_configs(agent, sizes[0], settings)
+    get_agent(preset)
+    template = eqx.filter_eval_shape(init_state, jax.random.key(0), agent, obs_dim, action_dim, cfg)
+    out = []
+    for src in sources:
+        where = str(src.path)
+        params = from_flax(agent, template.agent, src.params, where)
+        opt = _opt_from_flax(agent, template, src.opt_state, where, src.step - 1)
+        state = TrainState(params, opt, jnp.asarray(max(src.step - 1, 0), jnp.int32))
+        out.append(Imported(state, (obs_dim, action_dim)))
+    return preset, cfg, sampler, out
+
+
 def import_checkpoint(
     pkls: str | os.PathLike | Sequence[str | os.PathLike],
     agent: str,
@@ -448,26 +489,12 @@ def import_checkpoint(
         raise TttError(f"--out {out} exists and is not an empty directory; give a new one")
     settings = dict(settings or {})
     sources = [read_reference(p) for p in paths]
-    for src in sources:
-        _check_networks(agent, src)
-    sizes = [infer_sizes(agent, s.params, str(s.path)) for s in sources]
-    for s, z in zip(sources[1:], sizes[1:], strict=True):
-        if z != sizes[0]:
-            raise TttError(f"{s.path}: its networks' sizes differ from {sources[0].path}'s; seeds stacked in one "
-                           "checkpoint must share one architecture")  # fmt: skip
-    obs_dim, action_dim = sizes[0]["obs_dim"], sizes[0]["action_dim"]
+    preset, cfg, sampler, states = reference_states(sources, agent, settings)
+    obs_dim, action_dim = states[0].agent_dims
     if (obs_dim, action_dim) != (spec.ob_dim, spec.action_dim):
         raise TttError(f"{sources[0].path}: the agent takes observations of size {obs_dim} and actions of size "
                        f"{action_dim}, but {dataset} has {spec.ob_dim} and {spec.action_dim}")  # fmt: skip
-    preset, cfg, sampler = make_configs(agent, sizes[0], settings)
-    get_agent(preset)
-    template = eqx.filter_eval_shape(init_state, jax.random.key(0), agent, obs_dim, action_dim, cfg)
-    states = []
-    for src in sources:
-        where = str(src.path)
-        params = from_flax(agent, template.agent, src.params, where)
-        opt = _opt_from_flax(agent, template, src.opt_state, where, src.step - 1)
-        states.append(TrainState(params, opt, jnp.asarray(max(src.step - 1, 0), jnp.int32)))
+    states = [s.state for s in states]
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
 
     from ttt.data.files import load

@@ -22,6 +22,7 @@ import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from ttt.agents import get_backbone
+from ttt.agents.common import step_targets
 from ttt.checkpoint import (  # noqa: F401  (TrainState, init_state, make_optimizer: also importable from here)
     TrainState,
     check_compatible,
@@ -41,21 +42,34 @@ from ttt.presets import get_agent
 from ttt.storage import check_memory, locked, writable_dir
 
 
-def make_update(backbone_name: str, cfg, sampler: SamplerConfig):
-    """`update(state, seed_key, data) -> (state, loss, metrics)`: one gradient step of the whole loss."""
+def make_step(backbone_name: str, cfg):
+    """`step(state, batch, key) -> (state, loss, metrics)`: one gradient step of the whole loss on a given batch
+    (`key` drives the loss's own sampling), then the target networks' Polyak step from the pre-step online networks
+    (OGBench's order: `common.step_targets`)."""
     backbone = get_backbone(backbone_name)
-    batch_fn = backbone.batch_fn
     opt = make_optimizer(cfg)
+
+    def step(state: TrainState, batch, key: PRNGKeyArray):
+        (loss, metrics), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(state.agent, batch, key, cfg)
+        # Target networks only enter the loss under stop_gradient: their gradients are zero, and Adam leaves
+        # zero-gradient leaves exactly unchanged; step_targets then moves them.
+        updates, opt_state = opt.update(grads, state.opt_state, eqx.filter(state.agent, eqx.is_array))
+        agent = step_targets(backbone, cfg, state.agent, eqx.apply_updates(state.agent, updates))
+        return TrainState(agent, opt_state, state.step + 1), loss, metrics
+
+    return step
+
+
+def make_update(backbone_name: str, cfg, sampler: SamplerConfig):
+    """`update(state, seed_key, data) -> (state, loss, metrics)`: one gradient step of the whole loss on a batch
+    drawn from `data` with the key `fold_in(seed_key, step)`."""
+    batch_fn = get_backbone(backbone_name).batch_fn
+    step = make_step(backbone_name, cfg)
 
     def update(state: TrainState, seed_key: PRNGKeyArray, data: Dataset):
         k_rows, k_goals, k_loss = jax.random.split(jax.random.fold_in(seed_key, state.step), 3)
         batch = batch_fn(k_goals, data, sample_rows(k_rows, data, sampler.batch_size), sampler, cfg)
-        (loss, metrics), grads = eqx.filter_value_and_grad(backbone.loss, has_aux=True)(state.agent, batch, k_loss, cfg)
-        # Target networks only enter the loss under stop_gradient: their gradients are zero, and Adam leaves
-        # zero-gradient leaves exactly unchanged; target_update then moves them.
-        updates, opt_state = opt.update(grads, state.opt_state, eqx.filter(state.agent, eqx.is_array))
-        agent = backbone.target_update(eqx.apply_updates(state.agent, updates), cfg)
-        return TrainState(agent, opt_state, state.step + 1), loss, metrics
+        return step(state, batch, k_loss)
 
     return update
 

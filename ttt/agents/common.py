@@ -121,6 +121,19 @@ def make_backbone(namespace: dict[str, Any]) -> Backbone:
     )
 
 
+def step_targets(backbone: Backbone, cfg: Any, before: Any, after: Any) -> Any:
+    """``after`` (the agent after a gradient step) with its target networks Polyak-moved from the online networks
+    of ``before`` (the agent before that step), as OGBench does: its ``target_update`` reads ``self.network.params``,
+    the parameters the step started from, and averages them into the target (``impls/agents/gciql.py``,
+    ``update``). The ``frozen`` fields (targets, and networks the loss leaves out) never move by the gradient step,
+    so they are all taken from ``target_update(before)``."""
+    names = [n for n in backbone.frozen(cfg) if getattr(after, n, None) is not None]
+    if not names:
+        return after
+    moved = backbone.target_update(before, cfg)
+    return eqx.tree_at(lambda a: [getattr(a, n) for n in names], after, [getattr(moved, n) for n in names])
+
+
 def no_frozen_fields(cfg: Any) -> tuple[str, ...]:
     """Every field of the agent may receive a gradient."""
     return ()

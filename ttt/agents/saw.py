@@ -5,7 +5,9 @@ Networks (state-based, ``share_goal_rep=False`` as in the reference's state-base
 
 - ``value``: twin V heads on ``[s, phi_v([s, g])]`` where ``phi_v`` is HIQL's goal representation, an MLP
   ``value_hidden_dims -> rep_dim`` (LayerNorm) whose output is length-normalised to norm ``sqrt(rep_dim)``;
-  ``target_value`` is its Polyak copy (goal representation included);
+  ``target_value`` is the Polyak copy of the twin heads only: the target value reads the ONLINE goal representation
+  (under stop-gradient), as the reference does (one ``goal_rep`` module serves ``value`` and ``target_value``;
+  ``target_update`` averages ``modules_value``, which holds the heads);
 - ``low_actor``: Gaussian ``pi_low(a | s, w)`` on the raw ``[s, w]``;
 - ``actor``: the flat Gaussian ``pi(a | s, g)`` on ``[s, phi_a([s, g])]`` with its own goal representation.
 
@@ -250,10 +252,11 @@ class SawActor(eqx.Module):
 
 
 class Agent(eqx.Module):
-    """SAW networks: twin ``value`` and its Polyak ``target_value``, the flat ``actor``, the ``low_actor``."""
+    """SAW networks: twin ``value``, the Polyak ``target_value`` of its heads (on the online goal representation),
+    the flat ``actor``, the ``low_actor``."""
 
     value: SawValue
-    target_value: SawValue
+    target_value: GCValue
     actor: SawActor
     low_actor: GaussianActor
 
@@ -273,7 +276,14 @@ def init(key: PRNGKeyArray, obs_dim: int, action_dim: int, cfg: Config) -> Agent
         cfg.const_std,
     )
     low_actor = GaussianActor(k_low, obs_dim, obs_dim, action_dim, cfg.low_actor_hidden_dims, const_std=cfg.const_std)
-    return Agent(value=value_net, target_value=value_net, actor=actor, low_actor=low_actor)
+    return Agent(value=value_net, target_value=value_net.heads, actor=actor, low_actor=low_actor)
+
+
+def target_values(agent: Agent, obs: Float[Array, "*batch obs"], goal: Float[Array, "*batch obs"]) -> Array:
+    """The target value's twin heads ``(2, *batch)`` on ``[s, phi_v([s, g])]`` with the online goal representation,
+    all under stop-gradient (the reference's ``network.select('target_value')`` without ``grad_params``)."""
+    rep = jax.lax.stop_gradient(agent.value.goal_rep)(obs, goal)
+    return jax.lax.stop_gradient(agent.target_value)(obs, rep)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -284,7 +294,7 @@ def value_loss(agent: Agent, batch: Batch, cfg: Config) -> tuple[Float[Array, ""
     """GCIVL's value loss: advantage from the target heads, differences from each online head."""
     n = batch.observations.shape[0]
     obs2 = jnp.concatenate([batch.next_observations, batch.observations])
-    v_t = jax.lax.stop_gradient(agent.target_value)(obs2, jnp.concatenate([batch.value_goals, batch.value_goals]))
+    v_t = target_values(agent, obs2, jnp.concatenate([batch.value_goals, batch.value_goals]))
     (next_v1_t, next_v2_t), (v1_t, v2_t) = v_t[:, :n], v_t[:, n:]
     not_done = cfg.discount * batch.masks
     q = batch.rewards + not_done * jnp.minimum(next_v1_t, next_v2_t)
@@ -363,8 +373,9 @@ def loss(agent: Agent, batch: SawBatch, key: PRNGKeyArray, cfg: Config) -> tuple
 
 
 def target_update(agent: Agent, cfg: Config) -> Agent:
-    """``target_value <- tau * value + (1 - tau) * target_value`` (goal representation included)."""
-    return eqx.tree_at(lambda a: a.target_value, agent, polyak(agent.value, agent.target_value, cfg.tau))
+    """``target_value <- tau * value.heads + (1 - tau) * target_value`` (the heads; the goal representation is
+    shared, as the reference's)."""
+    return eqx.tree_at(lambda a: a.target_value, agent, polyak(agent.value.heads, agent.target_value, cfg.tau))
 
 
 act = act_actor  # the flat actor
