@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ttt.pipeline.report import welch
+from ttt.stats import welch
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -198,11 +198,18 @@ def test_test_time_methods_verdicts_by_hand():
     base = _record("b", "base", [[[0, 0]], [[0, 1]], [[0, 0]]])  # per seed 0, 0.5, 0: mean 1/6, se sqrt(1/12)/sqrt(3)
     ttgs = _record("g", "ttgs", [[[0, 1]], [[0, 1]], [[0, 0]]])  # per seed 0.5, 0.5, 0: mean 1/3, se 1/6
     ttt = _record("t", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]])  # 1, 1, 1: mean 1, se 0
-    c = ttm.compare(base, ttgs)
+    c = ttm.compare(base, ttgs)  # no digests: never paired, Welch over seeds
     assert math.isclose(c["diff"], 1 / 6) and math.isclose(c["se"], math.sqrt(1 / 36 + 1 / 36))
-    assert c["verdict"] == "no difference"  # 1/6 < 2 * 0.236
-    c = ttm.compare(ttgs, ttt)
-    assert math.isclose(c["diff"], 2 / 3) and math.isclose(c["se"], 1 / 6) and c["verdict"].startswith("ttt better")
+    assert c["test"] == "welch" and c["verdict"] == "no difference (unpaired)"
+    c = ttm.compare(ttgs, ttt)  # t = (2/3) / (1/6) = 4 on 2 d.f. (ttt has no spread): p = 1 - 4 / sqrt(18) = 0.057
+    assert math.isclose(c["diff"], 2 / 3) and math.isclose(c["se"], 1 / 6)
+    assert math.isclose(c["p"], 1 - 4 / math.sqrt(18)) and c["verdict"] == "ttt better, weak evidence (unpaired)"
+    # with one digest on both rows the same per-seed rates pair: d = [0.5, 0.5, 1] - ..., a paired t-test
+    dig = {"checkpoint_sha256": "s"}
+    c = ttm.compare({**ttgs, **dig}, {**ttt, **dig})  # d = [0.5, 0.5, 1]: t = (2/3) / (1/6) = 4, the same p here
+    assert c["test"] == "paired" and math.isclose(c["p"], 1 - 4 / math.sqrt(18))
+    c = ttm.compare({**base, **dig}, {**ttgs, **dig})  # d = [0.5, 0, 0]: t = (1/6) / (1/6) = 1: p = 1 - 1 / sqrt 3
+    assert math.isclose(c["p"], 1 - 1 / math.sqrt(3)) and c["verdict"] == "no difference"
     ttt_a = _record("ta", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]], alpha=0.3)
     lines = ttm.verdict_table([base, ttgs, ttt, ttt_a])
     pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in lines[2:]]
@@ -210,7 +217,7 @@ def test_test_time_methods_verdicts_by_hand():
     assert pairs == [("b", "g"), ("b", "t"), ("b", "ta"), ("g", "t"), ("g", "ta")]
     zero = _record("z", "ttt", [[[0, 0]], [[0, 0]], [[0, 0]]])  # no spread on either side: p undefined, printed '-'
     line = ttm.verdict_table([_record("b0", "base", [[[0, 0]], [[0, 0]], [[0, 0]]]), zero])[2]
-    assert "| - / - | no difference |" in line
+    assert "| 1.000 (welch) | no difference (unpaired) |" in line  # both rows without spread, equal: nothing moved
     # the same checkpoint path pre-trained again elsewhere (another state digest) is another checkpoint: not paired
     again = {**_record("t2", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]]), "checkpoint_sha256": "other"}
     pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in ttm.verdict_table([base, again])[2:]]
@@ -239,8 +246,7 @@ def test_test_time_methods_pools_rows_over_training_seeds_by_hand():
     assert ttm._shape(base) == "2x1x2+1x1x4" and base["checkpoint"] == "ck+ck2"
     c = ttm.compare(base, ttt)  # mean over seeds, not over the 8 episodes (those would give 7/8 - 1/8)
     assert math.isclose(c["diff"], 5 / 6 - 1 / 6)
-    eps_t, eps_b = np.array([1, 1, 1, 0, 1, 1, 1, 1.0]), np.array([0, 0, 0, 1, 0, 0, 0, 0.0])  # file by file
-    assert math.isclose(c["p_eps"], welch(eps_t, eps_b)[1])
+    assert c["test"] == "welch" and math.isclose(c["p"], welch([1, 0.5, 1], [0, 0.5, 0])[1])  # no digests
     lines = ttm.verdict_table([base, ttt])
     assert len(lines) == 3 and "| b | t |" in lines[2]  # one checkpoint group: the pooled rows pair
     with pytest.raises(ValueError, match="different episodes"):
