@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -95,9 +96,11 @@ def test_table1_fills_the_front_page_block(tmp_path):
     p = subprocess.run([sys.executable, str(BENCH / "studies" / "table1.py"), "--write", str(page)], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
-    block = page.read_text().split("<!-- table1 -->", 1)[1].split("<!-- /table1 -->", 1)[0]
-    assert block.strip().startswith("| env | data | backbone |") and "Commands (seeds x tasks x episodes)" in block
-    assert page.read_text().split("<!-- table1 -->")[0] == FRONT.read_text().split("<!-- table1 -->")[0]
+    # the front page holds the compact table: one cell per line, the verdict's mark and word, no commands
+    block = page.read_text().split("<!-- table1-front -->", 1)[1].split("<!-- /table1-front -->", 1)[0]
+    assert block.strip().startswith("| env, data | backbone (updates) | ours: base → critic | paper | verdict |")
+    assert "✓ gain reproduced" in block and "Commands" not in block and "<!-- table1 -->" not in page.read_text()
+    assert page.read_text() == FRONT.read_text()  # the committed front page is the generated one
 
 
 def test_table1_cells_name_a_different_episode_count():
@@ -136,21 +139,41 @@ def test_table1_gpu_antmaze_lines_follow_the_records(tmp_path, monkeypatch):
                            ("stitch", "GC-IQL, paper profile (dev-a)")]
 
 
-def test_rows_pair_only_on_one_checkpoint():
-    """Two rows compare episode by episode only with the same episode count and, where both records hold it, the same
-    checkpoint digest: the same configuration pre-trained again on another machine is another checkpoint."""
+def test_rows_pair_only_by_digest(tmp_path, monkeypatch):
+    """Two rows compare seed by seed only when both records carry the same checkpoint digest and ran the same
+    episodes; a record without a digest is never paired, whatever its path; ties between records are never broken by
+    file time (a fresh clone makes every time equal)."""
     sys.path.insert(0, str(BENCH / "studies"))
     try:
         import claims
     finally:
         sys.path.remove(str(BENCH / "studies"))
-    a, b = {"n": 150, "sha": "aa"}, {"n": 150, "sha": "aa"}
-    assert claims.paired(a, b) and claims.unpaired_note(a, b) == ""
-    assert not claims.paired(a, {"n": 30, "sha": "aa"})
-    assert not claims.paired(a, {"n": 150, "sha": "bb"})
-    assert "different checkpoints" in claims.unpaired_note(a, {"n": 150, "sha": "bb"})
-    assert claims.paired(a, {"n": 150, "sha": None}) and claims.unpaired_note(a, {"n": 150, "sha": None}) == ""
+    evals = tmp_path / "t" / "evals"
+    evals.mkdir(parents=True)
+    monkeypatch.setattr(claims, "RES", tmp_path)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
 
+    def put(name, key, rates, **extra):
+        s = np.array(rates, float)[:, None, None] * np.ones((3, 1, 2))
+        s[:, 0, 1] = 0  # per seed: rate / 2
+        (evals / f"{name}-{key}.json").write_text(json.dumps({"success": s.tolist(), "checkpoint": "ck", **extra}))
+
+    put("base", "aaaaaaaaaaaa", [0, 1, 1])  # no digest, same checkpoint name
+    put("ttt", "bbbbbbbbbbbb", [1, 1, 1])
+    a, b = claims.load_pair(claims.Row("t/evals/base"), claims.Row("t/evals/ttt"))
+    assert not claims.paired(a, b) and claims.diff(a, b).test == "welch"
+    # with the same digest on both: paired; another base record on another digest is passed over for it
+    put("base", "cccccccccccc", [0, 0, 1], checkpoint_sha256="s2")
+    put("base", "dddddddddddd", [0, 1, 1], checkpoint_sha256="s1")
+    put("ttt", "eeeeeeeeeeee", [1, 1, 1], checkpoint_sha256="s1")
+    a, b = claims.load_pair(claims.Row("t/evals/base"), claims.Row("t/evals/ttt"))
+    assert a["path"].name == "base-dddddddddddd.json" and b["path"].name == "ttt-eeeeeeeeeeee.json"
+    assert claims.paired(a, b) and claims.diff(a, b).test == "paired" and a["tied"] == b["tied"] == 1
+    # two records that nothing tells apart: the first by file name, whatever their times, and the cell says so
+    for f, t in (("base-cccccccccccc.json", 2_000_000_000), ("base-aaaaaaaaaaaa.json", 1_000_000_000)):
+        os.utime(evals / f, (t, t))
+    x = claims.load(claims.Row("t/evals/base"))
+    assert x["path"].name == "base-aaaaaaaaaaaa.json" and x["tied"] == 3 and "(1 of 3 records)" in claims.fmt(x)
 
 def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypatch):
     """The published-code cell: the first run's records, then each rerun on other checkpoints (a subfolder) as its
@@ -174,9 +197,9 @@ def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypat
     put(tmp_path / "published", "base", 0.2, [0.0] * 30)
     put(tmp_path / "published", "ttt", None, [1.0, 0.0, 0.0, 0.0], complete=False)
     assert table1.published(pattern) == (
-        "0.20 +- 0.05 (30 ep., 12 s/ep.) -> incomplete: 4 of 30 episodes run, 0.25")
+        "0.20 +- 0.05 (2 seeds, 30 ep., 12 s/ep.) -> incomplete: 4 of 30 episodes run, 0.25")
     put(tmp_path / "published" / "retrained", "base", 0.3, [0.0] * 30)
-    assert table1.published(pattern).endswith("; retrained: 0.30 +- 0.05 (30 ep., 12 s/ep.) -> not run")
+    assert table1.published(pattern).endswith("; retrained: 0.30 +- 0.05 (2 seeds, 30 ep., 12 s/ep.) -> not run")
 
 
 def _record(name: str, variant: str, success: list, alpha=None) -> dict:
