@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ttt.pipeline.report import welch
+from ttt.stats import welch
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -95,9 +96,11 @@ def test_table1_fills_the_front_page_block(tmp_path):
     p = subprocess.run([sys.executable, str(BENCH / "studies" / "table1.py"), "--write", str(page)], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
-    block = page.read_text().split("<!-- table1 -->", 1)[1].split("<!-- /table1 -->", 1)[0]
-    assert block.strip().startswith("| env | data | backbone |") and "Commands (seeds x tasks x episodes)" in block
-    assert page.read_text().split("<!-- table1 -->")[0] == FRONT.read_text().split("<!-- table1 -->")[0]
+    # the front page holds the compact table: one cell per line, the verdict's mark and word, no commands
+    block = page.read_text().split("<!-- table1-front -->", 1)[1].split("<!-- /table1-front -->", 1)[0]
+    assert block.strip().startswith("| env, data | backbone (updates) | ours: base → critic | paper | verdict |")
+    assert "✓ gain reproduced" in block and "Commands" not in block and "<!-- table1 -->" not in page.read_text()
+    assert page.read_text() == FRONT.read_text()  # the committed front page is the generated one
 
 
 def test_table1_cells_name_a_different_episode_count():
@@ -136,21 +139,41 @@ def test_table1_gpu_antmaze_lines_follow_the_records(tmp_path, monkeypatch):
                            ("stitch", "GC-IQL, paper profile (dev-a)")]
 
 
-def test_rows_pair_only_on_one_checkpoint():
-    """Two rows compare episode by episode only with the same episode count and, where both records hold it, the same
-    checkpoint digest: the same configuration pre-trained again on another machine is another checkpoint."""
+def test_rows_pair_only_by_digest(tmp_path, monkeypatch):
+    """Two rows compare seed by seed only when both records carry the same checkpoint digest and ran the same
+    episodes; a record without a digest is never paired, whatever its path; ties between records are never broken by
+    file time (a fresh clone makes every time equal)."""
     sys.path.insert(0, str(BENCH / "studies"))
     try:
         import claims
     finally:
         sys.path.remove(str(BENCH / "studies"))
-    a, b = {"n": 150, "sha": "aa"}, {"n": 150, "sha": "aa"}
-    assert claims.paired(a, b) and claims.unpaired_note(a, b) == ""
-    assert not claims.paired(a, {"n": 30, "sha": "aa"})
-    assert not claims.paired(a, {"n": 150, "sha": "bb"})
-    assert "different checkpoints" in claims.unpaired_note(a, {"n": 150, "sha": "bb"})
-    assert claims.paired(a, {"n": 150, "sha": None}) and claims.unpaired_note(a, {"n": 150, "sha": None}) == ""
+    evals = tmp_path / "t" / "evals"
+    evals.mkdir(parents=True)
+    monkeypatch.setattr(claims, "RES", tmp_path)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
 
+    def put(name, key, rates, **extra):
+        s = np.array(rates, float)[:, None, None] * np.ones((3, 1, 2))
+        s[:, 0, 1] = 0  # per seed: rate / 2
+        (evals / f"{name}-{key}.json").write_text(json.dumps({"success": s.tolist(), "checkpoint": "ck", **extra}))
+
+    put("base", "aaaaaaaaaaaa", [0, 1, 1])  # no digest, same checkpoint name
+    put("ttt", "bbbbbbbbbbbb", [1, 1, 1])
+    a, b = claims.load_pair(claims.Row("t/evals/base"), claims.Row("t/evals/ttt"))
+    assert not claims.paired(a, b) and claims.diff(a, b).test == "welch"
+    # with the same digest on both: paired; another base record on another digest is passed over for it
+    put("base", "cccccccccccc", [0, 0, 1], checkpoint_sha256="s2")
+    put("base", "dddddddddddd", [0, 1, 1], checkpoint_sha256="s1")
+    put("ttt", "eeeeeeeeeeee", [1, 1, 1], checkpoint_sha256="s1")
+    a, b = claims.load_pair(claims.Row("t/evals/base"), claims.Row("t/evals/ttt"))
+    assert a["path"].name == "base-dddddddddddd.json" and b["path"].name == "ttt-eeeeeeeeeeee.json"
+    assert claims.paired(a, b) and claims.diff(a, b).test == "paired" and a["tied"] == b["tied"] == 1
+    # two records that nothing tells apart: the first by file name, whatever their times, and the cell says so
+    for f, t in (("base-cccccccccccc.json", 2_000_000_000), ("base-aaaaaaaaaaaa.json", 1_000_000_000)):
+        os.utime(evals / f, (t, t))
+    x = claims.load(claims.Row("t/evals/base"))
+    assert x["path"].name == "base-aaaaaaaaaaaa.json" and x["tied"] == 3 and "(1 of 3 records)" in claims.fmt(x)
 
 def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypatch):
     """The published-code cell: the first run's records, then each rerun on other checkpoints (a subfolder) as its
@@ -174,9 +197,9 @@ def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypat
     put(tmp_path / "published", "base", 0.2, [0.0] * 30)
     put(tmp_path / "published", "ttt", None, [1.0, 0.0, 0.0, 0.0], complete=False)
     assert table1.published(pattern) == (
-        "0.20 +- 0.05 (30 ep., 12 s/ep.) -> incomplete: 4 of 30 episodes run, 0.25")
+        "0.20 +- 0.05 (2 seeds, 30 ep., 12 s/ep.) -> incomplete: 4 of 30 episodes run, 0.25")
     put(tmp_path / "published" / "retrained", "base", 0.3, [0.0] * 30)
-    assert table1.published(pattern).endswith("; retrained: 0.30 +- 0.05 (30 ep., 12 s/ep.) -> not run")
+    assert table1.published(pattern).endswith("; retrained: 0.30 +- 0.05 (2 seeds, 30 ep., 12 s/ep.) -> not run")
 
 
 def _record(name: str, variant: str, success: list, alpha=None) -> dict:
@@ -198,11 +221,18 @@ def test_test_time_methods_verdicts_by_hand():
     base = _record("b", "base", [[[0, 0]], [[0, 1]], [[0, 0]]])  # per seed 0, 0.5, 0: mean 1/6, se sqrt(1/12)/sqrt(3)
     ttgs = _record("g", "ttgs", [[[0, 1]], [[0, 1]], [[0, 0]]])  # per seed 0.5, 0.5, 0: mean 1/3, se 1/6
     ttt = _record("t", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]])  # 1, 1, 1: mean 1, se 0
-    c = ttm.compare(base, ttgs)
+    c = ttm.compare(base, ttgs)  # no digests: never paired, Welch over seeds
     assert math.isclose(c["diff"], 1 / 6) and math.isclose(c["se"], math.sqrt(1 / 36 + 1 / 36))
-    assert c["verdict"] == "no difference"  # 1/6 < 2 * 0.236
-    c = ttm.compare(ttgs, ttt)
-    assert math.isclose(c["diff"], 2 / 3) and math.isclose(c["se"], 1 / 6) and c["verdict"].startswith("ttt better")
+    assert c["test"] == "welch" and c["verdict"] == "no difference (unpaired)"
+    c = ttm.compare(ttgs, ttt)  # t = (2/3) / (1/6) = 4 on 2 d.f. (ttt has no spread): p = 1 - 4 / sqrt(18) = 0.057
+    assert math.isclose(c["diff"], 2 / 3) and math.isclose(c["se"], 1 / 6)
+    assert math.isclose(c["p"], 1 - 4 / math.sqrt(18)) and c["verdict"] == "ttt better, weak evidence (unpaired)"
+    # with one digest on both rows the same per-seed rates pair: d = [0.5, 0.5, 1] - ..., a paired t-test
+    dig = {"checkpoint_sha256": "s"}
+    c = ttm.compare({**ttgs, **dig}, {**ttt, **dig})  # d = [0.5, 0.5, 1]: t = (2/3) / (1/6) = 4, the same p here
+    assert c["test"] == "paired" and math.isclose(c["p"], 1 - 4 / math.sqrt(18))
+    c = ttm.compare({**base, **dig}, {**ttgs, **dig})  # d = [0.5, 0, 0]: t = (1/6) / (1/6) = 1: p = 1 - 1 / sqrt 3
+    assert math.isclose(c["p"], 1 - 1 / math.sqrt(3)) and c["verdict"] == "no difference"
     ttt_a = _record("ta", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]], alpha=0.3)
     lines = ttm.verdict_table([base, ttgs, ttt, ttt_a])
     pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in lines[2:]]
@@ -210,7 +240,7 @@ def test_test_time_methods_verdicts_by_hand():
     assert pairs == [("b", "g"), ("b", "t"), ("b", "ta"), ("g", "t"), ("g", "ta")]
     zero = _record("z", "ttt", [[[0, 0]], [[0, 0]], [[0, 0]]])  # no spread on either side: p undefined, printed '-'
     line = ttm.verdict_table([_record("b0", "base", [[[0, 0]], [[0, 0]], [[0, 0]]]), zero])[2]
-    assert "| - / - | no difference |" in line
+    assert "| 1.000 (welch) | no difference (unpaired) |" in line  # both rows without spread, equal: nothing moved
     # the same checkpoint path pre-trained again elsewhere (another state digest) is another checkpoint: not paired
     again = {**_record("t2", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]]), "checkpoint_sha256": "other"}
     pairs = [tuple(x.strip() for x in ln.split("|")[2:4]) for ln in ttm.verdict_table([base, again])[2:]]
@@ -239,8 +269,7 @@ def test_test_time_methods_pools_rows_over_training_seeds_by_hand():
     assert ttm._shape(base) == "2x1x2+1x1x4" and base["checkpoint"] == "ck+ck2"
     c = ttm.compare(base, ttt)  # mean over seeds, not over the 8 episodes (those would give 7/8 - 1/8)
     assert math.isclose(c["diff"], 5 / 6 - 1 / 6)
-    eps_t, eps_b = np.array([1, 1, 1, 0, 1, 1, 1, 1.0]), np.array([0, 0, 0, 1, 0, 0, 0, 0.0])  # file by file
-    assert math.isclose(c["p_eps"], welch(eps_t, eps_b)[1])
+    assert c["test"] == "welch" and math.isclose(c["p"], welch([1, 0.5, 1], [0, 0.5, 0])[1])  # no digests
     lines = ttm.verdict_table([base, ttt])
     assert len(lines) == 3 and "| b | t |" in lines[2]  # one checkpoint group: the pooled rows pair
     with pytest.raises(ValueError, match="different episodes"):

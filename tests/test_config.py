@@ -19,7 +19,8 @@ from ttt.pipeline.config import (
     load_pipeline,
     parse_sets,
 )
-from ttt.pipeline.report import rows, welch
+from ttt.pipeline.report import rows
+from ttt.stats import welch
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -72,8 +72,12 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     recs = {r["run"]["name"]: r for r in doc["records"]}
     assert recs["critic"]["run"]["K"] == 500 and len(recs["critic"]["rounds"]["n_selected"][0][0][0]) == 2
     assert max(x for s in recs["critic"]["rounds"]["n_selected"] for t in s for e in t for x in e) > 0
-    ckpt_meta = json.loads((Path(recs["base"]["checkpoint"]) / "meta.json").read_text())
+    # records name the checkpoint by its cache key (no machine path) and carry its state's and its data's digests
+    ref = recs["base"]["checkpoint"]
+    assert not Path(ref).is_absolute() and ref.startswith("pointmaze-medium-stitch-v0/gcbc-")
+    ckpt_meta = json.loads((cache / "ckpt" / ref / "meta.json").read_text())
     assert {r["checkpoint_sha256"] for r in recs.values()} == {ckpt_meta["state_sha256"]}  # one checkpoint, by content
+    assert {r["dataset_hash"] for r in recs.values()} == {ckpt_meta["dataset_hash"]}
     header = (out / "results.csv").read_text().splitlines()[0]
     assert header.startswith("name,group,dataset,agent,variant") and "welch_p" in header
     report = (out / "report.md").read_text()

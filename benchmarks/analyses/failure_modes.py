@@ -70,11 +70,13 @@ def rerun_final_obs(record: dict) -> np.ndarray:
     episode is deterministic, and the success must match the record's, which is checked)."""
     import ttt
     from ttt.evaluate import evaluate
+    from ttt.pipeline.keys import resolve_checkpoint
 
     run = record["run"]
     if run["variant"] != "base":
         raise ValueError(f"--rerun: {run['name']} is a {run['variant']} row; only base rows are rerun (cheap)")
-    setup, agents, data, env = ttt.load_run(record["checkpoint"], run["data_dir"], variant="base")
+    ckpt = resolve_checkpoint(record["checkpoint"])  # a cache key (or, in older records, a path)
+    setup, agents, data, env = ttt.load_run(ckpt, run["data_dir"], variant="base")
     res = [evaluate(setup, agents, data, episodes=run["episodes"], tasks=(t,), seed=run["eval_seed"], env=env,
                     batch_size=run["chunk"]) for t in run["tasks"]]  # fmt: skip
     success = np.concatenate([r.success for r in res], axis=1)

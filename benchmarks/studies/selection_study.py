@@ -4,10 +4,10 @@
     python benchmarks/studies/selection_study.py benchmarks/results/learning-curves --per-task
 
 Reads every finished row (`OUT/evals/*.json`, so rows of several `--only` invocations come together; per row name the
-record with the most episodes, then the newest, as `ttt report --from-evals` keeps) and prints one markdown table per
-(agent, dataset, pre-training step) block: success (mean +- s.e. over the 3 training seeds), Welch's p against the
-block's base row on per-seed rates (the project's report test) and on per-episode outcomes (same starts, goals and
-seeds in every row), and the per-round diagnostics averaged over the rounds that adapted: relevant rows, spans kept,
+record with the most episodes, as `ttt report --from-evals` keeps) and prints one markdown table per (agent, dataset,
+pre-training step) block: success (mean +- s.e. over the 3 training seeds), p against the block's base row over seeds
+(`ttt.stats.compare_records`: a paired t-test where both records carry the same checkpoint digest, else Welch's,
+marked "unpaired"), and the per-round diagnostics averaged over the rounds that adapted: relevant rows, spans kept,
 training rows, fraction of kept spans reaching the goal, critic-vs-oracle Spearman over relevant rows, and the
 oracle's steps to the goal at the ends of the kept spans against all candidate spans; runtime per row. With
 `--per-task`, a second table per block: the same diagnostics per evaluation task.
@@ -18,16 +18,9 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from scipy import stats
 
 from ttt.pipeline.report import records_from_evals
-
-
-def welch_p(a, b) -> float:
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if len(a) < 2 or len(b) < 2 or (a.std() == 0 and b.std() == 0):
-        return float("nan")
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+from ttt.stats import compare_records
 
 
 def mean_over_rounds(rec: dict, key: str, task: int | None = None) -> float:
@@ -56,16 +49,15 @@ def main(out: str, per_task: bool = False) -> None:
     for (agent, dataset, step), rows in blocks.items():
         base = next((r for r in rows if r["run"]["variant"] == "base"), None)
         print(f"\n{agent} on {dataset} ({rows[0]['profile']} profile, step {step})\n")
-        print("| row | rule | critic | success | episodes | p vs base (seeds) | p vs base (episodes) | relevant rows "
+        print("| row | rule | critic | success | episodes | p vs base (over seeds) | relevant rows "
               "| spans kept | training rows | reach | Spearman | oracle steps at kept ends / all ends | s |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             run = r["run"]
-            succ = np.array(r["success"], float)
             se = r["se"] if r["se"] is not None else float("nan")
             is_base = run["variant"] == "base"
-            p_seed = welch_p(r["per_seed"], base["per_seed"]) if base and not is_base else float("nan")
-            p_ep = welch_p(succ.ravel(), np.array(base["success"], float).ravel()) if base and not is_base else np.nan
+            vs = compare_records(base, r) if base and not is_base else None
+            p_txt = "-" if vs is None else fmt(vs.p, 3) + ("" if vs.test == "paired" else " (unpaired)")
             rule = "-" if is_base else r.get("rule_used") or run.get("rule") or "paper"
             rule += " (once)" if run.get("once") and not is_base else ""
             extra = [k for k in ("reuse_adam", "reset_after_horizon") if run.get(k)]
@@ -75,7 +67,7 @@ def main(out: str, per_task: bool = False) -> None:
             critic = "-" if run["variant"] != "ttt" else run.get("critic", "learned")
             print(
                 f"| {run['name']} | {rule} | {critic} | {r['mean']:.2f} +- {fmt(se)} | {r['n_episodes']} "
-                f"| {fmt(p_seed, 3)} | {fmt(p_ep, 3)} | {fmt(mean_over_rounds(r, 'n_rel'), 0)} "
+                f"| {p_txt} | {fmt(mean_over_rounds(r, 'n_rel'), 0)} "
                 f"| {fmt(mean_over_rounds(r, 'n_selected'), 1)} | {fmt(mean_over_rounds(r, 'n_train_rows'), 0)} "
                 f"| {fmt(mean_over_rounds(r, 'reach_frac'))} | {fmt(mean_over_rounds(r, 'spearman'))} "
                 f"| {fmt(mean_over_rounds(r, 'oracle_end_sel'), 0)} / {fmt(mean_over_rounds(r, 'oracle_end_all'), 0)} "

@@ -1,29 +1,34 @@
 """The paper's Table 1 beside ours (issue 37): one line per (environment, dataset, backbone).
 
-    python benchmarks/studies/table1.py [--write benchmarks/RESULTS.md]
+    python benchmarks/studies/table1.py [--write benchmarks/RESULTS.md] [--write benchmarks/README.md]
 
-Each cell is a finished evaluation record under benchmarks/results/ (found as `claims.py` finds them: the record with
-the most episodes, then the newest): mean +- s.e. over the training seeds of each seed's success rate. `episodes` is
-the total per row (seeds x tasks x episodes), `updates` the pre-training length of the checkpoint. The verdict
-compares the critic row with the base row on the same checkpoint and episodes (paired): a difference under two
-standard errors of the difference is "no difference"; the paper's own direction is read the same way from its
-numbers (a paper gain under two of its s.e. expects no difference). `published code on our data` is the authors'
-code run on our generated data (benchmarks/published/, records under benchmarks/results/published/), where run.
-Missing rows print as `not run yet`. With `--write`, the table replaces the block between `<!-- table1 -->` and
-`<!-- /table1 -->` in the given file.
+Each cell is a finished evaluation record under benchmarks/results/, chosen as `claims.load_pair` chooses (the most
+episodes the base and critic rows hold on the same episodes, then a pair by digest; never by file time): mean +- s.e.
+over the training seeds of each seed's success rate. `episodes` is the total per row (seeds x tasks x episodes;
+"screen" under 150), `updates` the pre-training length of the checkpoint. B - A is critic minus base over seeds with
+its s.e., the stratified bootstrap's 95% interval and p (`ttt.stats`): paired where both records carry the same
+checkpoint digest, else Welch's test, marked "unpaired". The verdict is `ttt.stats.verdict` (docs/algorithm.md,
+"Statistics and verdicts"), the paper's direction read from its own means and s.e.; the lines that change the method
+(a BC weight at fine-tuning, TTGS's waypoints) are "modified method (not scored)". `published code on our data` is
+the authors' code run on our generated data (benchmarks/published/, records under benchmarks/results/published/), with
+its seeds and episodes. With `--write FILE`, the full table replaces the block between `<!-- table1 -->` and
+`<!-- /table1 -->` and the front page's compact table the `<!-- table1-front -->` block, whichever FILE holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from ttt import stats
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from claims import RES, Row, load, paired, replace_block, unpaired_note, welch  # noqa: E402
+from claims import RES, Row, ci, diff, load, load_pair, replace_block  # noqa: E402
 
 LC, T1, PM, LEADS = "learning-curves/evals", "table1/evals", "paper-main", "gciql-leads/evals"
 
@@ -32,6 +37,12 @@ LC, T1, PM, LEADS = "learning-curves/evals", "table1/evals", "paper-main", "gciq
 SAW_ANTMAZE = ((0.97, 0.01, 0.97, 0.01), (0.98, 0.01, 0.97, 0.01))
 # The same for GC-IQL (DDPG+BC)
 GCIQL_ANT = ((0.64, 0.05, 0.85, 0.02), (0.24, 0.05, 0.68, 0.05))
+
+
+# Which generation of the antmaze data each antmaze line's checkpoint trained on (RESULTS.md, "Antmaze data"): the
+# committed reference draw, or draw B (another machine's, which differs through the CPU's BLAS kernel).
+ANT_DRAW = {("gcbc", "navigate"): "B", ("gcbc", "stitch"): "reference", ("gciql", "navigate"): "B",
+            ("gciql", "stitch"): "B", ("saw", "navigate"): "reference", ("saw", "stitch"): "reference"}  # fmt: skip
 
 
 def _pub(env: str, data: str, steps: int) -> str:
@@ -51,6 +62,8 @@ class Line:
     paper: tuple[float, float, float, float]  # base, base s.e., critic, critic s.e. (Table 1, tuned)
     published: str | None = None  # glob of the published code's records under benchmarks/results/published/
     note: str = ""
+    modified: bool = False  # not the paper's method (a changed loss or target): shown, not scored
+    draw: str = ""  # antmaze: which generation of the data the checkpoint trained on
 
 
 # The paper's Table 1 (tuned) on pointmaze-medium: (agent, label, navigate, stitch), each base, base s.e., critic,
@@ -84,21 +97,26 @@ def lines() -> list[Line]:
                             "200k", Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"), None, paper))
     _, _, iql_nav, iql_st = POINTMAZE_PAPER[1]
     for data, short, paper in (("navigate", "nav", iql_nav), ("stitch", "stitch", iql_st)):
-        p = f"{LEADS}/{short}-"
+        # The 10k GC-IQL checkpoint of each dataset: the learning curves' 150-episode rows; gciql-leads' 30-episode
+        # screens (and gciql-leads-150's rows) ran on the same cache key (the same eval keys where settings agree).
+        p = f"{LC}/gciql-{short}-steps10000-variant"
         out.append(Line("pointmaze-medium", data, "GC-IQL", "10k", Row(p + "base"), Row(p + "ttt"),
                         Row(p + "ttt-mc") if data == "navigate" else None, paper,
                         published=_pub("pointmaze-medium", data, 10000)))
+        lp = f"gciql-leads*/evals/{short}-"
         for alpha in ("0.3", "3"):
-            free = Row(p + f"ttt-mc-alpha{alpha}") if data == "navigate" else None
-            out.append(Line("pointmaze-medium", data, f"GC-IQL, alpha {alpha} at fine-tuning", "10k", Row(p + "base"),
-                            Row(p + f"ttt-alpha{alpha}"), free, paper, note="not the paper's loss"))  # fmt: skip
+            free = Row(lp + f"ttt-mc-alpha{alpha}") if data == "navigate" else None
+            out.append(Line("pointmaze-medium", data, f"GC-IQL, alpha {alpha} at fine-tuning", "10k", Row(lp + "base"),
+                            Row(lp + f"ttt-alpha{alpha}"), free, paper, note="not the paper's loss", modified=True))
         if data == "stitch":
-            # Issue 41's combined variant on the same 10k checkpoint (test-time-methods: the 30-episode screen, or the
-            # 150-episode rows): GC-TTT aimed at TTGS's waypoints (tau 12 / threshold 24), the backbone's own loss.
+            # Issue 41's combined variant (test-time-methods: the 30-episode screen, or the 150-episode rows): GC-TTT
+            # aimed at TTGS's waypoints (tau 12 / threshold 24), the backbone's own loss, on test-time-methods' own 10k
+            # GC-IQL stitch checkpoint (cache key b89879cf16bd, another than the lines above: base 0.15, not 0.17);
+            # base and combined rows pair by its digest.
             tm = "test-time-methods*/evals/stitch-gciql-"
             out.append(Line("pointmaze-medium", data, "GC-IQL, aimed at TTGS's waypoints (ttt+ttgs)", "10k",
                             Row(tm + "base"), Row(tm + "ttt+ttgs-thr24"), None, paper,
-                            note="not the paper's method: GC-TTT aimed at TTGS's subgoal"))  # fmt: skip
+                            note="GC-TTT aimed at TTGS's subgoal", modified=True))  # fmt: skip
     for data, paper in (("navigate", (0.96, 0.01, 0.99, 0.01)), ("stitch", (0.84, 0.03, 0.97, 0.01))):
         # paper-main's 15-episode screen (its critic row ran rule `paper`) or paper-main-150's rows (the default rule
         # `episodes`): the record with the most episodes wins, as everywhere.
@@ -116,11 +134,13 @@ def lines() -> list[Line]:
             p = f"{T1}/{agent}-"
             out.append(Line("antmaze-medium", data, label, "100k", Row(f"{p}base-{data}"), Row(f"{p}ttt-{data}"),
                             Row(f"{p}ttt-mc-{data}") if data == "navigate" else None, paper,
-                            published=_pub("antmaze-medium", data, 100000) if agent == "gciql" else None))
+                            published=_pub("antmaze-medium", data, 100000) if agent == "gciql" else None,
+                            draw=ANT_DRAW[agent, data]))  # fmt: skip
             if agent == "gciql":  # issue 37's lead: alpha 3.0 during fine-tuning (the backbone's antmaze alpha is 0.3)
                 label3 = "GC-IQL, alpha 3 at fine-tuning"
                 out.append(Line("antmaze-medium", data, label3, "100k", Row(f"{p}base-{data}"),
-                                Row(f"{p}ttt-alpha3-{data}"), None, paper, note="not the paper's loss"))  # fmt: skip
+                                Row(f"{p}ttt-alpha3-{data}"), None, paper, note="not the paper's loss", modified=True,
+                                draw=ANT_DRAW[agent, data]))  # fmt: skip
     for gpu in sorted(RES.glob("gpu/*/table1-antmaze")):
         # The GPU queue's antmaze rows (benchmarks/gpu_queue.sh, ANT_GROUPS): pipelines/table1.toml's SAW rows as the
         # CPU runs them (cpu profile, 100k; earlier queues), and its GC-IQL stitch rows in the paper profile
@@ -143,13 +163,10 @@ def _pm(x: dict | None, n: int | None = None) -> str:
     ``n`` (e.g. a 30-episode screen beside a 150-episode pair), so no cell passes for a figure it is not."""
     if x is None:
         return "not run yet"
-    s = x["per_seed"]
+    m, se = stats.mean_se(x["per_seed"])
     own = f" ({x['n']} ep.)" if n is not None and x["n"] != n else ""
-    return f"{s.mean():.2f} +- {s.std(ddof=1) / math.sqrt(len(s)):.2f}{own}"
-
-
-def _se(x: dict) -> float:
-    return x["per_seed"].std(ddof=1) / math.sqrt(len(x["per_seed"]))
+    tied = f" (1 of {x['tied']} records)" if x.get("tied", 1) > 1 else ""
+    return f"{m:.2f} +- {se:.2f}{own}{tied}"
 
 
 def published(pattern: str | None) -> str:
@@ -182,39 +199,41 @@ def _published_run(rows: dict) -> str:
             asked = d.get("episodes_asked", 0) * len(d.get("seeds", [])) * len(d.get("tasks", []))
             done = len(d.get("episodes_run", []))
             return f"incomplete: {done} of {asked} episodes run, {d.get('mean_episodes_run', float('nan')):.2f}"
-        return f"{d['mean']:.2f} +- {d['se']:.2f} ({d['n_episodes']} ep., {d['wall_s_per_episode']:.0f} s/ep.)"
+        seeds = len(d.get("seeds", [])) or "?"
+        return (f"{d['mean']:.2f} +- {d['se']:.2f} ({seeds} seeds, {d['n_episodes']} ep., "
+                f"{d['wall_s_per_episode']:.0f} s/ep.)")  # fmt: skip
 
     return f"{cell('base')} -> {cell('ttt')}"
 
 
-def verdict(line: Line, base: dict | None, critic: dict | None) -> str:
-    if base is None or critic is None:
-        return "-"
-    pb, pbs, pc, pcs = line.paper
-    paper_gain = pc - pb > 2 * math.hypot(pbs, pcs)
-    diff = critic["per_seed"].mean() - base["per_seed"].mean()
-    two_se = 2 * math.hypot(_se(base), _se(critic))
-    shown = "no difference" if abs(diff) <= two_se or diff == 0 else ("gain" if diff > 0 else "loss")
-    p_seed = welch(base["per_seed"], critic["per_seed"])
-    p_ep = welch(base["episodes"], critic["episodes"]) if paired(base, critic) else float("nan")
-    ok = (shown == "gain") if paper_gain else (shown == "no difference")
-    word = "reproduced" if ok else "not reproduced"
-    note = unpaired_note(base, critic)
-    return f"{word} ({shown}, {diff:+.2f}; Welch p {p_seed:.2f} seeds / {p_ep:.2f} episodes){note}"
-
-
 def records(ln: Line) -> tuple[dict | None, dict | None, dict | None]:
-    """A line's base, critic and critic-free records; the base is the one of the critic's episode count where it
-    exists (a 30-episode screen is compared with the base's first 30, not its 150)."""
-    critic = load(ln.critic)
-    base = load(ln.base, critic["n"] if critic is not None else None)
-    return base, critic, load(ln.free) if ln.free is not None else None
+    """A line's base, critic and critic-free records: base and critic on the same episodes (`claims.load_pair`); the
+    critic-free record of the critic's episode count where one exists."""
+    base, critic = load_pair(ln.base, ln.critic)
+    n = critic["n"] if critic is not None else None
+    return base, critic, load(ln.free, n) if ln.free is not None else None
+
+
+def score(ln: Line, base: dict | None, critic: dict | None):
+    """(B - A, its 95% interval, the verdict) of a line; None without both records."""
+    if base is None or critic is None:
+        return None
+    pb, pbs, pc, pcs = ln.paper
+    d = diff(base, critic)
+    v = stats.verdict(stats.paper_direction(pb, pbs, pc, pcs), d, float(base["per_seed"].mean()),
+                      float(critic["per_seed"].mean()), paper_base=pb, modified=ln.modified)  # fmt: skip
+    return d, ci(base, critic), v
+
+
+def _episodes(n: int | None) -> str:
+    return "-" if n is None else f"{n}" if n >= 150 else f"{n} (screen)"
 
 
 def table() -> str:
-    head = ("| env | data | backbone | updates | episodes | base | critic-free | critic | paper base → critic | "
-            "published code on our data | verdict |")
-    rows = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = ("| env | data | backbone | updates | episodes | base | critic-free | critic | "
+            "critic - base (s.e.) [95% CI] "
+            "| p over seeds | paper base → critic | published code on our data | verdict |")
+    rows = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for ln in lines():
         base, critic, free = records(ln)
         n = critic["n"] if critic is not None else (base["n"] if base is not None else None)
@@ -223,12 +242,63 @@ def table() -> str:
         note = f" ({ln.note})" if ln.note and critic is not None else ""
         steps = {x["step"] for x in (base, critic, free) if x is not None and x.get("step")}
         updates = ", ".join(f"{k // 1000}k" for k in sorted(steps)) or ln.updates
+        sc = score(ln, base, critic)
+        if sc is None:
+            dcell, pcell, vcell = "-", "-", "-"
+        else:
+            d, (lo, hi), v = sc
+            dcell = f"{d.diff:+.2f} ({d.se:.2f}) [{lo:+.2f}, {hi:+.2f}]"
+            pcell = f"{d.p:.3f} ({'paired' if d.test == 'paired' else 'Welch, unpaired'})"
+            vcell = f"**{v.word}**" + (f" ({v.why})" if v.why else "")
+        draw = f", {ln.draw} draw" if ln.draw else ""
         rows.append(
-            f"| {ln.env} | {ln.data} | {ln.backbone} | {updates} | {n if n is not None else '-'} | {_pm(base, n)} | "
-            f"{free_cell} | {_pm(critic)}{note} | {pb:.2f} +- {pbs:.2f} → {pc:.2f} +- {pcs:.2f} | "
-            f"{published(ln.published)} | {verdict(ln, base, critic)} |"
+            f"| {ln.env} | {ln.data}{draw} | {ln.backbone} | {updates} | {_episodes(n)} | {_pm(base, n)} | "
+            f"{free_cell} | {_pm(critic)}{note} | {dcell} | {pcell} | {pb:.2f} +- {pbs:.2f} → {pc:.2f} +- {pcs:.2f} | "
+            f"{published(ln.published)} | {vcell} |"
         )
     return "\n".join(rows)
+
+
+def front() -> str:
+    """The front page's Table 1: one cell per line, `base → critic` and the verdict's mark, the paper beside it."""
+    marks = " ".join(f"{m} {w}" for w, m in stats.MARKS.items())
+    rows = ["| env, data | backbone (updates) | ours: base → critic | paper | verdict |", "|---|---|---|---|---|"]
+    for ln in lines():
+        base, critic, _ = records(ln)
+        pb, _, pc, _ = ln.paper
+        sc = score(ln, base, critic)
+        if sc is None:
+            ours, v = "not run yet", "-"
+        else:
+            d, _, verdict = sc
+            ours = f"{base['per_seed'].mean():.2f} → {critic['per_seed'].mean():.2f}"
+            ours += "" if critic["n"] >= 150 else f" (screen, {critic['n']} ep.)"
+            ours += "" if d.test == "paired" else " (unpaired)"
+            v = f"{stats.MARKS[verdict.word]} {verdict.word}"
+        draw = f" ({ln.draw} draw)" if ln.draw else ""
+        rows.append(f"| {ln.env.removesuffix('-medium')} {ln.data}{draw} | {ln.backbone} ({ln.updates}) | {ours} | "
+                    f"{pb:.2f} → {pc:.2f} | {v} |")  # fmt: skip
+    return "\n".join(rows) + f"\n\nMarks: {marks}."
+
+
+def aggregate() -> str:
+    """The scored lines (the paper's method, both records) aggregated: the interquartile mean of base and critic
+    over every (seed, task) rate, and the probability that the critic row beats the base row on a task."""
+    base_m, crit_m = [], []
+    for ln in lines():
+        if ln.modified:
+            continue
+        base, critic, _ = records(ln)
+        if base is None or critic is None or base["per_task"].shape != critic["per_task"].shape:
+            continue
+        base_m.append(base["per_task"])
+        crit_m.append(critic["per_task"])
+    if not base_m:
+        return ""
+    b, c = np.concatenate(base_m, axis=1), np.concatenate(crit_m, axis=1)  # (seeds, all lines' tasks)
+    return (f"Aggregate over the {len(base_m)} scored lines ({b.shape[1]} tasks x {b.shape[0]} seeds; `ttt.stats`): "
+            f"interquartile mean base {stats.iqm(b):.2f} → critic {stats.iqm(c):.2f}; probability of improvement "
+            f"P(critic > base) {stats.prob_improvement(c, b):.2f}.")  # fmt: skip
 
 
 def commands() -> str:
@@ -244,11 +314,18 @@ def commands() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", type=Path, help="replace the <!-- table1 --> block of this file")
+    ap.add_argument("--write", type=Path, help="replace this file's <!-- table1 --> / <!-- table1-front --> blocks")
     args = ap.parse_args()
-    out = table() + "\n\nCommands (seeds x tasks x episodes):\n\n" + commands()
+    out = table() + "\n\n" + aggregate() + "\n\nCommands (seeds x tasks x episodes):\n\n" + commands()
     print(out)
-    return replace_block(args.write, "table1", out) if args.write else 0
+    if not args.write:
+        return 0
+    text = args.write.read_text() if args.write.is_file() else ""
+    blocks = [(n, o) for n, o in (("table1", out), ("table1-front", front())) if f"<!-- {n} -->" in text]
+    if not blocks:
+        print(f"{args.write}: no <!-- table1 --> or <!-- table1-front --> block", file=sys.stderr)
+        return 2
+    return max(replace_block(args.write, n, o) for n, o in blocks)
 
 
 if __name__ == "__main__":

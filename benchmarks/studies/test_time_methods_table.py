@@ -10,10 +10,12 @@ Given several results.json files (the same rows run on other training seeds, e.g
 whose name is in every file are pooled first: one row over all their seeds (per-seed rates concatenated, mean and
 s.e. over seeds; each file's episodes stay paired across its rows), and the verdicts pair the pooled rows.
 
-The rule (as `benchmarks/studies/claims.py`): B - A over the paired episodes, its standard error sqrt(se_A^2 +
-se_B^2) from the per-seed standard errors, Welch's p over per-seed rates and over per-episode outcomes; a difference
-under two standard errors is "no difference". With `--write`, both tables replace the block between
-`<!-- test-time-methods -->` and `<!-- /test-time-methods -->` in the given file.
+The statistics are `ttt.stats`' (docs/algorithm.md, "Statistics and verdicts"): B - A over seeds, paired (a paired
+t-test on the per-seed differences) where both rows carry the same checkpoint digests, else Welch's test and marked
+"unpaired"; the stratified bootstrap's 95% interval (seeds within tasks, generator seed 0). The verdict between two
+methods: "B better" / "A better" at p < 0.05, the same with "weak evidence" at p < 0.20, else "no difference". With
+`--write`, both tables replace the block between `<!-- test-time-methods -->` and `<!-- /test-time-methods -->` in the
+given file.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ttt.pipeline.report import welch
+from ttt import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims import replace_block  # noqa: E402
@@ -39,7 +41,7 @@ PAIRS = (("base", "ttgs"), ("base", "ttt-mc"), ("base", "ttt"), ("base", "ttt+tt
 
 
 def _p(p: float) -> str:
-    """A Welch p as printed: '-' where it is undefined (both rows without spread, e.g. every episode failed)."""
+    """A p as printed: '-' where it is undefined (both rows without spread, e.g. every episode failed)."""
     return "-" if math.isnan(p) else f"{p:.3f}"
 
 
@@ -79,6 +81,7 @@ def pool(files: list[list[dict]]) -> list[dict]:
             raise ValueError(f"{name}: the files ran it with different settings; only the training seeds may differ")
         per_seed = np.concatenate([np.asarray(r["per_seed"], float) for r in parts])
         out.append({**parts[0], "checkpoint": "+".join(ckpts), "pooled": [r["success"] for r in parts],
+                    "pooled_sha": [r.get("checkpoint_sha256") for r in parts],
                     "pooled_rounds": [r.get("rounds") or {} for r in parts], "success": None, "rounds": None,
                     "per_seed": per_seed.tolist(), "mean": float(per_seed.mean()),
                     "se": float(per_seed.std(ddof=1) / math.sqrt(len(per_seed))),
@@ -109,7 +112,7 @@ def rows_table(records: list[dict]) -> list[str]:
         base = bases.get(r["checkpoint"])
         p = "-"
         if base is not None and base is not r:
-            p = _p(welch(np.asarray(r['per_seed']), np.asarray(base['per_seed']))[1])
+            p = _p(_diff(base, r).p)
         ttgs = ["-", "-", "-"]
         last = {k: _ttgs_last(r, k) for k in ("ttgs_goal_frac", "ttgs_hops", "ttgs_unreachable")}
         if last["ttgs_goal_frac"] is not None:
@@ -122,27 +125,40 @@ def rows_table(records: list[dict]) -> list[str]:
     return out
 
 
+def _paired(a: dict, b: dict) -> bool:
+    """Both rows carry checkpoint digests, equal file by file (pooled rows), and ran the same episodes."""
+    sha_a, sha_b = a.get("pooled_sha", [a.get("checkpoint_sha256")]), b.get("pooled_sha", [b.get("checkpoint_sha256")])
+    return all(sha_a) and sha_a == sha_b and _shape(a) == _shape(b)
+
+
+def _per_seed_task(r: dict) -> np.ndarray:
+    """(seeds, tasks) success rates over every pooled file."""
+    return np.concatenate([x.reshape(x.shape[0], x.shape[1], -1).mean(axis=2) for x in _shapes(r)])
+
+
+def _diff(a: dict, b: dict) -> stats.Diff:
+    pa, pb = np.asarray(a["per_seed"], float), np.asarray(b["per_seed"], float)
+    return stats.paired(pa, pb) if _paired(a, b) else stats.unpaired(pa, pb)
+
+
 def compare(a: dict, b: dict) -> dict:
-    """B - A on the same episodes: difference, its s.e., Welch p over seeds and over episodes, the verdict."""
+    """B - A on the same episodes (`ttt.stats`): difference, its s.e., p over seeds (paired where the digests allow,
+    else Welch), the stratified bootstrap's 95% interval, the verdict."""
     if _shape(a) != _shape(b):
         raise ValueError(f"{a['run']['name']} and {b['run']['name']} ran different episodes ({_shape(a)} vs "
                          f"{_shape(b)})")
-    sa, sb = (np.concatenate([x.reshape(-1) for x in _shapes(r)]) for r in (a, b))
-    diff = float(np.mean(b["per_seed"]) - np.mean(a["per_seed"]))  # = sb.mean() - sa.mean() for one file
-    se = math.sqrt((a["se"] or 0.0) ** 2 + (b["se"] or 0.0) ** 2)
-    p_seeds = welch(np.asarray(b["per_seed"]), np.asarray(a["per_seed"]))[1]
-    p_eps = welch(sb.reshape(-1), sa.reshape(-1))[1]
-    if not (abs(diff) > 2 * se and diff != 0):  # claims.py's rule
-        verdict = "no difference"
-    else:
-        verdict = f"{b['run']['variant'] if diff > 0 else a['run']['variant']} better"
-        if min(p_seeds, p_eps) > 0.05:
-            verdict += " (over two s.e., but Welch p > 0.05 both ways)"
-    return dict(diff=diff, se=se, p_seeds=p_seeds, p_eps=p_eps, verdict=verdict)
+    d = _diff(a, b)
+    ci = stats.bootstrap_ci(_per_seed_task(a), _per_seed_task(b), paired_rows=d.test == "paired")
+    better = b["run"]["variant"] if d.diff > 0 else a["run"]["variant"]
+    verdict = (f"{better} better" if d.p < stats.CLEAR_P else f"{better} better, weak evidence" if d.p < stats.WEAK_P
+               else "no difference")  # fmt: skip
+    if d.test != "paired":
+        verdict += " (unpaired)"
+    return dict(diff=d.diff, se=d.se, p=d.p, test=d.test, ci=ci, verdict=verdict)
 
 
 def verdict_table(records: list[dict]) -> list[str]:
-    out = ["| agent, data, updates | row A | row B | A | B | B - A (s.e.) | Welch p seeds / episodes | verdict |",
+    out = ["| agent, data, updates | row A | row B | A | B | B - A (s.e.) [95% CI] | p over seeds | verdict |",
            "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     groups: dict[str, list[dict]] = {}
     for r in records:
@@ -160,7 +176,8 @@ def verdict_table(records: list[dict]) -> list[str]:
                     where = f"{run['agent']}, {run['dataset'].removesuffix('-v0')}, {a['checkpoint_step'] // 1000}k"
                     out.append(f"| {where} | {a['run']['name']} | {b['run']['name']} | {a['mean']:.2f} +- "
                                f"{a['se']:.2f} | {b['mean']:.2f} +- {b['se']:.2f} | {c['diff']:+.2f} ({c['se']:.2f}) "
-                               f"| {_p(c['p_seeds'])} / {_p(c['p_eps'])} | {c['verdict']} |")  # fmt: skip
+                               f"[{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}] | {_p(c['p'])} ({c['test']}) | "
+                               f"{c['verdict']} |")  # fmt: skip
     return out
 
 

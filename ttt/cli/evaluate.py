@@ -220,8 +220,12 @@ def eval_cmd(
     from ttt.storage import read_json
 
     writer = bool(json_out) and jax.process_index() == 0  # one writer in a multi-process run
+    from ttt.pipeline.keys import checkpoint_ref
+
     doc = dict(
-        checkpoint=str(checkpoint),
+        checkpoint=checkpoint_ref(checkpoint),  # the cache key, not this machine's path
+        checkpoint_sha256=meta.get("state_sha256"),
+        dataset_hash=meta.get("dataset_hash"),
         agent=meta["agent"],
         dataset=dataset,
         step=meta["step"],

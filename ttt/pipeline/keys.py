@@ -66,6 +66,28 @@ def checkpoint_identity(ckpt: Path, meta: dict) -> dict:
     return dict(state=state, step=meta["step"], dataset_hash=meta.get("dataset_hash"))
 
 
+def checkpoint_ref(ckpt: str | os.PathLike, root: str | os.PathLike | None = None) -> str:
+    """How a record names its checkpoint: `DATASET/AGENT-PROFILE-<checkpoint key>` for one in the cache's checkpoint
+    folder `root` (default: `cache_root() / "ckpt"`; the same name on every machine, which `resolve_checkpoint` finds
+    under this machine's cache), else the path as the run named it. The content itself is the record's
+    `checkpoint_sha256`."""
+    path = Path(ckpt)
+    root = Path(root) if root is not None else cache_root() / "ckpt"
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(ckpt)
+
+
+def resolve_checkpoint(ref: str, cache: str | os.PathLike | None = None) -> Path:
+    """The directory a record's `checkpoint` names: a cache key under this machine's cache (`TTT_CACHE`), else the
+    path itself (records before 2026-12 hold absolute paths)."""
+    path = Path(ref).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    return cache_root(cache) / "ckpt" / ref
+
+
 def eval_settings(run: dict, env_id: str) -> dict:
     """The settings a run's evaluation key depends on (a base row does not depend on the TTT settings; a `ttgs` row
     on the base settings and its `ttgs` table)."""

@@ -22,22 +22,12 @@ from ttt.envs.gym import max_episode_steps
 from ttt.errors import TttError
 from ttt.pipeline.config import load_pipeline
 from ttt.presets import PROFILES
+from ttt.stats import welch
 from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, writable_dir
 
 CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
               "paper", "paper_se", "welch_t", "welch_p", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
               "selection", "relevance", "c_rel", "episodes", "wall_s", "episodes_per_s", "checkpoint")  # fmt: skip
-
-
-def welch(a: list[float], b: list[float]) -> tuple[float, float]:
-    """Welch's t-test of mean(a) > or < mean(b) (two-sided): (t, p); nan where it is undefined (no variance)."""
-    from scipy import stats
-
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if len(a) < 2 or len(b) < 2 or (np.all(a == a[0]) and np.all(b == b[0])):
-        return math.nan, math.nan
-    t, p = stats.ttest_ind(a, b, equal_var=False)
-    return float(t), float(p)
 
 
 def _base_of(rec: dict, records: list[dict]) -> dict | None:

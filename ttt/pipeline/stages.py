@@ -22,7 +22,7 @@ from ttt.envs import make_env
 from ttt.errors import TttError
 from ttt.evaluate import evaluate
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
-from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, eval_key
+from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, checkpoint_ref, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
 from ttt.pretrain import pretrain
 from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, read_json
@@ -297,11 +297,12 @@ def evaluate_run(
     rates = success.mean(axis=(1, 2))
     record = dict(
         run=run,
-        checkpoint=str(ckpt),
+        checkpoint=checkpoint_ref(ckpt, plan.train.root.parent),  # the cache key, not this machine's path
         checkpoint_step=meta["step"],
-        # the state's sha256: the same configuration pre-trained on another machine can differ (XLA's CPU code
-        # depends on the CPU), so rows compare as paired only on the same digest, not the same path
+        # the state's sha256 and the training data's digest: the same configuration pre-trained on another machine can
+        # differ (XLA's CPU code depends on the CPU), so rows compare as paired only on the same digests (ttt.stats)
         checkpoint_sha256=checkpoint_identity(ckpt, meta)["state"],
+        dataset_hash=meta.get("dataset_hash"),
         profile=meta.get("profile"),
         rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
         driver=driver,
