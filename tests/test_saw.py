@@ -322,11 +322,13 @@ def test_vmap_over_seeds_equals_loop():
 
 def test_init_target_is_copy_and_target_update_is_polyak():
     fresh = FRESH
-    for x, y in zip(jax.tree.leaves(fresh.value), jax.tree.leaves(fresh.target_value), strict=True):
+    # The target holds the heads only; the goal representation is the online one (shared, as the reference's).
+    for x, y in zip(jax.tree.leaves(fresh.value.heads), jax.tree.leaves(fresh.target_value), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     cfg = dataclasses.replace(CFG, tau=0.25)
     new = eqx.filter_jit(saw.target_update)(AGENT, cfg)
-    for x, t, n in zip(*(jax.tree.leaves(m) for m in (AGENT.value, AGENT.target_value, new.target_value)), strict=True):
+    heads = AGENT.value.heads
+    for x, t, n in zip(*(jax.tree.leaves(m) for m in (heads, AGENT.target_value, new.target_value)), strict=True):
         np.testing.assert_allclose(np.asarray(n), 0.25 * a64(x) + 0.75 * a64(t), rtol=1e-6, atol=1e-6)
     for part in ("value", "actor", "low_actor"):
         for x, y in zip(jax.tree.leaves(getattr(AGENT, part)), jax.tree.leaves(getattr(new, part)), strict=True):
