@@ -15,7 +15,16 @@ from ttt.pipeline.config import Pipeline
 from ttt.pipeline.keys import cache_root
 from ttt.pipeline.plan import plan_pipeline
 from ttt.pipeline.report import rows, table_md, write_report, write_results
-from ttt.pipeline.stages import BarFactory, Echo, EnvCache, ensure_checkpoint, ensure_data, evaluate_run, load_data
+from ttt.pipeline.stages import (
+    BarFactory,
+    Echo,
+    EnvCache,
+    check_checkpoint_data,
+    ensure_checkpoint,
+    ensure_data,
+    evaluate_run,
+    load_data,
+)
 from ttt.pretrain import dataset_hash
 from ttt.storage import atomic_write_text, dumps, locked, read_json, writable_dir
 
@@ -47,6 +56,8 @@ def run_pipeline(
         raise TttError(f"unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
     cache = cache_root(cache)
     plans = plan_pipeline(pipe, cache)  # every check that needs no data or training, before any stage starts
+    for plan in plans:  # a named checkpoint against data that exists already: before anything is generated
+        check_checkpoint_data(plan)
     bar = bar or _null_bar
     out = writable_dir(out, "--out")
     if "data" in stages or "pretrain" in stages:

@@ -24,7 +24,7 @@ from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
 from ttt.pretrain import check_compatible, config_dict, load_checkpoint, pretrain, read_meta, verify_checkpoint
-from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, read_json
+from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, read_json
 
 Echo = Callable[[str], None]
 BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
@@ -132,6 +132,35 @@ def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: Bar
     return Checkpoint(out, result.meta)
 
 
+def check_checkpoint_data(plan: RunPlan) -> str:
+    """For a row that names a checkpoint: its metadata readable, and the dataset it would evaluate on, when it exists
+    already, the copy the checkpoint was trained on (same content hash), checked without generating or training
+    anything (`ttt run --dry-run`, and `ttt run` before its first stage); a mismatch is one line naming both. Returns
+    what was checked, for the dry run's listing ('' for a row without a checkpoint)."""
+    t, p = plan.train, plan.data
+    if t.checkpoint is None:
+        return ""
+    try:
+        meta = read_meta(t.checkpoint)
+    except TttError as e:
+        raise TttError(f"run {plan.name}: {e}") from None
+    where = f"run {plan.name}: checkpoint {t.checkpoint}"
+    spec = p.spec
+    check_compatible(meta, p.name, spec.ob_dim, spec.action_dim, where)
+    if not ((p.directory / f"{p.name}.npz").exists() and (p.directory / f"{p.name}-val.npz").exists()):
+        return (f"checkpoint {t.checkpoint} (step {meta.get('step')}); its data {p.what} is not in {p.directory} yet: "
+                "the data stage generates it, then its content is checked against the checkpoint's")  # fmt: skip
+    from ttt.pretrain import dataset_hash
+
+    data = load(p.name, p.directory)
+    try:
+        check_compatible(meta, p.name, data.obs_dim, data.action_dim, where, dataset_hash(data))
+    except TttError as e:
+        raise TttError(f"{e} (the data in {p.directory}; set data_dir, data_episodes and data_seed to the copy it "
+                       "was trained on)") from None  # fmt: skip
+    return f"checkpoint {t.checkpoint} (step {meta.get('step')}) matches its data in {p.directory}"
+
+
 def _cached_meta(out: Path, echo: Echo) -> dict | None:
     """The metadata of the cache's checkpoint in `out`, verified; None when there is none. A corrupt one is
     reported and removed (the cache's own: it is trained again)."""
@@ -223,7 +252,7 @@ def evaluate_run(
     run, ev = dict(plan.run), plan.eval
     ckpt, meta = checkpoint.path, checkpoint.meta
     key = eval_key(plan, ckpt, meta)
-    record_path = out / "evals" / f"{plan.name}-{key}.json"
+    record_path = out / "evals" / f"{file_name(plan.name, 'run name')}-{key}.json"
     if record_path.exists():
         record = read_json(record_path)
         if isinstance(record, dict) and record.get("eval_key") == key and "mean" in record:
@@ -282,7 +311,7 @@ def evaluate_run(
                     arrays["start_xy"] = res.starts[..., :2]
                     arrays["goal_xy"] = res.goals[..., :2]
                 atomic_save_npz(f, arrays, compress=False)
-                fig = out / "figures" / f"{plan.name}.npz"
+                fig = out / "figures" / f"{file_name(plan.name, 'run name')}.npz"
                 wanted = t == ev.tasks[0] or not all(fig.with_suffix(f".{o}.npz").exists()
                                                      for o in ("success", "failure"))  # fmt: skip
                 if ev.figure and wanted and setup.ttt is not None and "xy" in arrays:
@@ -322,7 +351,8 @@ def evaluate_run(
                             steps=cat("steps"))  # fmt: skip
         if all("final_obs" in p for p in per_task):  # parts written before it was kept have none
             trajectories["final_obs"] = cat("final_obs")
-        atomic_save_npz(out / "trajectories" / f"{plan.name}.npz", trajectories, compress=False)
+        path = out / "trajectories" / f"{file_name(plan.name, 'run name')}.npz"
+        atomic_save_npz(path, trajectories, compress=False)
     atomic_write_text(record_path, dumps(record))
     if shared is not None:
         atomic_write_text(shared / f"{key}.json", dumps(record))
