@@ -211,7 +211,8 @@ def eval_cmd(
     _refuse_unread(setups, option)
     from ttt.evaluate import check_eval_memory
 
-    check_eval_memory(next(iter(setups.values())), meta["seeds"] * len(task_ids) * episodes)  # before any loading
+    for setup in setups.values():  # before any loading: the results, and one call's batches or graphs
+        check_eval_memory(setup, meta["seeds"] * len(task_ids) * episodes, chunk)
     data = load(dataset, directory)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
     states, meta = load_checkpoint(checkpoint, meta)
