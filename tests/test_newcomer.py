@@ -259,3 +259,60 @@ def test_a_pipeline_with_a_utf8_bom_loads(tmp_path, capsys):
     (tmp_path / "q.toml").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "q.toml").read_bytes())
     rc, out, err = run(["run", str(tmp_path / "q.toml"), "--dry-run"], capsys)
     assert rc == 0 and "pipeline quickstart: 3 runs" in out, err
+
+
+# ----------------------------------------------------------------------------------------- the frictions
+
+
+def test_a_checkpoint_finds_its_data_in_the_run_cache(tiny, tmp_path, monkeypatch):
+    from ttt.data import files
+
+    monkeypatch.setattr(files, "default_dir", lambda: tmp_path / "no-ogbench")  # OGBench's folder holds nothing
+    monkeypatch.setenv("TTT_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ttt.TttError, match="default dataset directory"):
+        ttt.load_run(tiny / "ck")
+    shutil.copytree(tiny / "other", tmp_path / "cache" / "data" / f"{NAV}-e3-s1")  # another copy: not this one's
+    shutil.copytree(tiny / "data", tmp_path / "cache" / "data" / f"{NAV}-e3-s0")
+    setup, agents, data, env = ttt.load_run(tiny / "ck")
+    assert data.n_episodes == 3
+
+
+def test_numbers_that_agree_with_each_other():
+    from ttt.cli.evaluate import _ttgs_line, episode_rate
+    from ttt.pipeline.run import cache_label
+
+    assert episode_rate(3, 720.0) == "240.0 s per episode" and episode_rate(30, 10.0) == "3.00 episodes/s"
+    rounds = dict(ttgs_goal_frac=[[[[1.0, 0.5]]]], active=[[[[True, False]]]])
+    assert _ttgs_line(dict(rounds=rounds)) == "; ttgs_goal_frac 1.00 (1.00: no waypoint used, the base policy)"
+    assert cache_label("x") == "--cache"
+    import os
+
+    old = os.environ.pop("TTT_CACHE", None)
+    try:
+        assert "--cache or $TTT_CACHE" in cache_label(None)
+        os.environ["TTT_CACHE"] = "/somewhere"
+        assert cache_label(None) == "the cache ($TTT_CACHE)"
+    finally:
+        os.environ.pop("TTT_CACHE", None)
+        if old is not None:
+            os.environ["TTT_CACHE"] = old
+
+
+def test_ttgs_says_its_cost_before_it_starts(tiny):
+    from ttt.evaluate import ttgs_cost_note
+
+    setup = ttt.load_run(tiny / "ck", data_dir=tiny / "data", variant="ttgs")[0]
+    note = ttgs_cost_note(setup, 3)
+    assert note.startswith("ttgs: 4000 vertices on a CPU cost about 240 s an episode") and "n_vertices=500" in note
+    small = ttt.load_run(tiny / "ck", data_dir=tiny / "data", variant="ttgs", ttgs={"n_vertices": 50})[0]
+    assert ttgs_cost_note(small, 3) is None
+
+
+def test_python_evaluate_progress_line(capsys):
+    from ttt.evaluate import _terminal_progress
+
+    show = _terminal_progress()
+    show(0, 4)
+    show(4, 4)
+    err = capsys.readouterr().err
+    assert "evaluate: 0/4 episodes" in err and "evaluate: 4/4 episodes" in err and err.endswith("\n")

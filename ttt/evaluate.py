@@ -466,7 +466,7 @@ def evaluate(
     driver: str = "compiled",
     batch_size: int | None = None,
     n_devices: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | bool | None = None,
     env=None,
     params: dict[str, float] | None = None,
     grid: dict[str, list[float]] | None = None,
@@ -486,12 +486,18 @@ def evaluate(
     (`call_size`), sharded over `n_devices` devices (a batch is padded to a multiple of the device count, the last one
     with repeats that are dropped); the in-program env (`setup.backend`).
     driver 'host': OGBench's gymnasium env stepped from Python with the same jitted round functions.
+    `progress(done, total)` is called after every compiled call; None (the default) prints one line on stderr when
+    stderr is a terminal (episodes done, elapsed, the compile included), False prints nothing.
     Several processes (`jax.distributed.initialize` before any JAX work; on CPU with gloo collectives): every
     process calls `evaluate` with the same arguments, the batch is sharded over all processes' devices, and each
     process returns the complete result.
     """
     if driver not in ("compiled", "host"):
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
+    if progress is None or progress is True:
+        progress = _terminal_progress() if progress or _stderr_is_terminal() else None
+    elif progress is False:
+        progress = None
     if driver == "host" and setup.ttgs is not None:
         raise TttError("test-time graph search (setup.ttgs) runs in the compiled episode only: use driver 'compiled'")
     if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
@@ -607,6 +613,32 @@ def evaluate(
                       base=results[-1] if base else None, wall_s=wall)  # fmt: skip
 
 
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _terminal_progress() -> Callable[[int, int], None]:
+    """`evaluate`'s default progress on a terminal: one line on stderr, rewritten in place (the first update comes
+    after the first call, compilation included: 20-40 s on a CPU)."""
+    import sys
+
+    t0 = time.perf_counter()
+
+    def show(done: int, total: int) -> None:
+        s = time.perf_counter() - t0
+        tail = "\n" if done >= total else ""
+        first = " (compiling and running the first call)" if done == 0 else ""
+        sys.stderr.write(f"\revaluate: {done}/{total} episodes, {s:.0f} s{first}{' ' * 8}{tail}")
+        sys.stderr.flush()
+
+    return show
+
+
 def eval_bytes(setup: EvalSetup, n_episodes: int) -> int:
     """A lower bound on the host memory the results of `n_episodes` episodes take: the observation after every step
     of each (`EvalResult.observations`), held twice while the batches are joined."""
@@ -645,6 +677,20 @@ def check_eval_memory(setup: EvalSetup, n_episodes: int, per_call: int | None = 
     nbytes, what, hint = call_bytes(setup, per_call)
     if nbytes:
         check_memory(nbytes, what, hint)
+
+
+def ttgs_cost_note(setup: EvalSetup, n_episodes: int) -> str | None:
+    """One line saying what a TTGS evaluation will cost on a CPU before it starts (None elsewhere, or when small):
+    its all-pairs graph grows as the square of `n_vertices`; on this project's 2-core CPU the published 4,000
+    vertices took about 4 minutes an episode (12 minutes, 6 GB for 3), 500 vertices about 10 s."""
+    if setup.ttgs is None or jax.default_backend() != "cpu" or setup.ttgs.n_vertices < 1000:
+        return None
+    per = 15.0 * (setup.ttgs.n_vertices / 1000) ** 2  # seconds an episode on a 2-core CPU, about
+    total = per * n_episodes
+    when = f"{total / 60:.0f} min" if total >= 120 else f"{total:.0f} s"
+    return (f"ttgs: {setup.ttgs.n_vertices} vertices on a CPU cost about {per:.0f} s an episode on 2 cores (about "
+            f"{when} for these {n_episodes}); --ttgs n_vertices=500 (pipelines: ttgs = {{ n_vertices = 500 }}) is "
+            "~60x cheaper for a first look")  # fmt: skip
 
 
 def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):

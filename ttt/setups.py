@@ -383,11 +383,43 @@ def load_run(
     if settings.get("rule") is not None and setup.ttt is not None and setup.ttt.select.rule_used != settings["rule"]:
         raise TttError(f"rule {settings['rule']!r} does not apply to variant {variant!r} (rule 'episodes' needs "
                        "variant 'ttt', a critic; 'mc-episodes' needs 'ttt-mc')")  # fmt: skip
-    data = load(dataset, data_dir)
+    data, _ = checkpoint_data(meta, dataset, data_dir)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(checkpoint), dataset_hash(data))
     states, _ = load_checkpoint(checkpoint, meta)
     env = make_env(spec.env_id, backend=backend) if has_jax_env(spec.env_id) else None
     return setup, states.agent, data, env
+
+
+def checkpoint_data(meta: dict, dataset: str, data_dir: str | os.PathLike | None = None):
+    """`(data, directory)`: the dataset a checkpoint (metadata `meta`) is evaluated on. From `data_dir` when given;
+    else from OGBench's directory when it holds the copy the checkpoint was trained on (same content hash), else
+    from the `ttt run` cache (`ttt.data.files.default_cache()`: a pipeline's checkpoint was trained on the cache's
+    copy), else OGBench's directory's error (or copy, which `check_compatible` then names)."""
+    from pathlib import Path
+
+    from ttt.data.files import default_cache
+
+    if data_dir is not None:
+        return load(dataset, data_dir), Path(data_dir)
+    try:
+        data, error = load(dataset, None), None
+        if dataset != meta["dataset"] or dataset_hash(data) == meta["dataset_hash"]:
+            return data, None
+    except TttError as e:
+        data, error = None, e
+    if dataset == meta["dataset"]:
+        for d in sorted((default_cache() / "data").glob(f"{dataset}-e*-s*")):
+            if not (d / f"{dataset}.npz").is_file():
+                continue
+            try:
+                found = load(dataset, d)
+            except TttError:
+                continue  # a corrupt cache entry: not this checkpoint's data
+            if dataset_hash(found) == meta["dataset_hash"]:
+                return found, d
+    if error is not None:
+        raise error
+    return data, None
 
 
 def setting_names() -> tuple[str, ...]:

@@ -65,7 +65,9 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
         echo=click.echo,
         all_names=[r["name"] for r in full.runs],
     )
-    click.echo(f"done in {result.wall_s:.0f} s: {out}/results.json, results.csv, report.md, plots/")
+    n, c = len(result.records), len(result.cached)
+    came = f"{n} rows evaluated" if not c else f"{c} of {n} rows from the cache ({', '.join(result.cached)})"
+    click.echo(f"done in {result.wall_s:.0f} s ({came}): {out}/results.json, results.csv, report.md, plots/")
 
 
 @click.command("report")

@@ -95,7 +95,8 @@ RUN_KEYS: dict[str, Key] = {
     "train_seed": Key("int", 0, "root seed of pre-training", False, None, *_nonneg),
     "train_chunk": Key("int", 1000, "pre-training steps per compiled chunk / checkpoint", False, None, *_pos),
     "agent_config": Key("table", {}, "backbone config overrides, e.g. { actor_hidden_dims = [512, 512] }"),
-    "checkpoint": Key("str", None, "use this checkpoint, not a pre-trained one (null: the cache's)", nullable=True),
+    "checkpoint": Key("str", None, "use this checkpoint, not a pre-trained one (null: the cache's); the row's dataset, agent, "
+                  "profile, steps and seeds are the checkpoint's", nullable=True),
     # Stage 3: evaluation.
     "episodes": Key("int", 10, "evaluation episodes per task and seed", False, None, *_pos),
     "tasks": Key("list[int]", [1, 2, 3, 4, 5], "evaluation tasks", check=lambda t: all(1 <= x <= 5 for x in t) and

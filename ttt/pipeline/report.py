@@ -644,7 +644,8 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
                     f"{'equal to' if agree else 'DIFFERENT from'} what the episode recorded).",
                     "",
                 ]
-            md += ["Colours: rounds; grey: 100 dataset episodes; black: the agent's path.", ""]
+            shown = len(np.load(files[0])["bg_len"]) if files else 0  # (at most 100 drawn, fewer in a small dataset)
+            md += [f"Colours: rounds; grey: {shown} dataset episodes; black: the agent's path.", ""]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
     echo(f"report: {path} ({len(rs)} rows, plots in {plots})")

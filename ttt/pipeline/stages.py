@@ -19,7 +19,7 @@ from ttt.data.files import load
 from ttt.data.generate import generate as gen
 from ttt.envs import make_env
 from ttt.errors import TttError
-from ttt.evaluate import evaluate
+from ttt.evaluate import evaluate, ttgs_cost_note
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
@@ -110,6 +110,7 @@ def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: Bar
         return Checkpoint(out, meta)
     meta = _cached_meta(out, echo)
     if meta is not None and meta.get("step", 0) >= t.steps:
+        echo(f"  pretrain: from the cache ({out})")
         return Checkpoint(out, meta)
     if not train:
         raise TttError(
@@ -244,11 +245,13 @@ def evaluate_run(
     echo: Echo,
     envs: EnvCache,
     shared: Path | None = None,
+    cached: list[str] | None = None,
 ) -> dict:
     """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved).
 
     A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
-    cache directory of records that every pipeline writes to), is reused instead of evaluated again."""
+    cache directory of records that every pipeline writes to), is reused instead of evaluated again; the row's name
+    is then appended to `cached`."""
     run, ev = dict(plan.run), plan.eval
     ckpt, meta = checkpoint.path, checkpoint.meta
     key = eval_key(plan, ckpt, meta)
@@ -256,12 +259,18 @@ def evaluate_run(
     if record_path.exists():
         record = read_json(record_path)
         if isinstance(record, dict) and record.get("eval_key") == key and "mean" in record:
+            echo(f"  eval: {plan.name}: from the cache ({record_path.name}: same checkpoint and settings), success "
+                 f"{record['mean']:.3f}")  # fmt: skip
+            if cached is not None:
+                cached.append(plan.name)
             return record
         echo(f"  eval: {record_path} is corrupt (truncated or not a record); evaluating {plan.name} again")
         record_path.unlink()
     reused = _reused_record(plan, key, out, shared, echo)
     if reused is not None:
         atomic_write_text(record_path, dumps(reused))
+        if cached is not None:
+            cached.append(plan.name)
         return reused
     setup = make_eval_setup(plan, ckpt, meta)
     driver = ev.driver
@@ -284,6 +293,9 @@ def evaluate_run(
     if kept:  # said at once: a log shows nothing else until the next task finishes, minutes later
         echo(f"  eval: {plan.name} resuming at {done} of {total} episodes ({kept} of {len(ev.tasks)} tasks kept in "
              f"{partial})")
+    note = ttgs_cost_note(setup, total - done)
+    if note:
+        echo(f"  {note}")
     with bar(f"eval {plan.name}", "episodes") as b:
         b(done, total)
         for t in ev.tasks:
@@ -356,8 +368,9 @@ def evaluate_run(
     atomic_write_text(record_path, dumps(record))
     if shared is not None:
         atomic_write_text(shared / f"{key}.json", dumps(record))
+    spread = " (one seed: no s.e.)" if record["se"] is None else f" +- {record['se']:.3f}"
     echo(
-        f"  eval: {plan.name}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
+        f"  eval: {plan.name}: success {record['mean']:.3f}{spread} "
         f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
     )
     return record
@@ -370,6 +383,3 @@ def _device_kind() -> str:
 
     return str(jax.devices()[0].device_kind)
 
-
-def _se(se: float | None) -> float:
-    return float("nan") if se is None else se
