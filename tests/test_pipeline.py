@@ -27,7 +27,6 @@ tasks = [1, 2]
 K = 500
 N = 3
 lr = 1e-3
-q = 0.5
 eps = 3.0
 h_min = 3
 [[run]]
@@ -38,6 +37,7 @@ paper_ref = "Table 1"
 [[run]]
 name = "mc"
 variant = "ttt-mc"
+q = 0.5
 figure = true
 [[run]]
 name = "critic"

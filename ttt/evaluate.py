@@ -466,7 +466,7 @@ def evaluate(
     driver: str = "compiled",
     batch_size: int | None = None,
     n_devices: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int], None] | bool | None = None,
     env=None,
     params: dict[str, float] | None = None,
     grid: dict[str, list[float]] | None = None,
@@ -486,12 +486,18 @@ def evaluate(
     (`call_size`), sharded over `n_devices` devices (a batch is padded to a multiple of the device count, the last one
     with repeats that are dropped); the in-program env (`setup.backend`).
     driver 'host': OGBench's gymnasium env stepped from Python with the same jitted round functions.
+    `progress(done, total)` is called after every compiled call; None (the default) prints one line on stderr when
+    stderr is a terminal (episodes done, elapsed, the compile included), False prints nothing.
     Several processes (`jax.distributed.initialize` before any JAX work; on CPU with gloo collectives): every
     process calls `evaluate` with the same arguments, the batch is sharded over all processes' devices, and each
     process returns the complete result.
     """
     if driver not in ("compiled", "host"):
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
+    if progress is None or progress is True:
+        progress = _terminal_progress() if progress or _stderr_is_terminal() else None
+    elif progress is False:
+        progress = None
     if driver == "host" and setup.ttgs is not None:
         raise TttError("test-time graph search (setup.ttgs) runs in the compiled episode only: use driver 'compiled'")
     if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
@@ -514,7 +520,8 @@ def evaluate(
     tasks = check_tasks(tasks, OGBENCH_TASKS if env is None else env.num_tasks, spec.env_id)
     n_seeds = check_agents(agents, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim)
     points, hps, point_values = _grid_params(setup, params, grid, base, driver)
-    check_eval_memory(setup, n_seeds * len(tasks) * episodes * len(point_values))
+    n_total = n_seeds * len(tasks) * episodes * len(point_values)
+    check_eval_memory(setup, n_total, n_total if batch_size is None else batch_size)
 
     oracle = None
     if setup.ttt is not None and has_oracle(setup.spec.env_id):
@@ -606,16 +613,84 @@ def evaluate(
                       base=results[-1] if base else None, wall_s=wall)  # fmt: skip
 
 
+def _stderr_is_terminal() -> bool:
+    import sys
+
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _terminal_progress() -> Callable[[int, int], None]:
+    """`evaluate`'s default progress on a terminal: one line on stderr, rewritten in place (the first update comes
+    after the first call, compilation included: 20-40 s on a CPU)."""
+    import sys
+
+    t0 = time.perf_counter()
+
+    def show(done: int, total: int) -> None:
+        s = time.perf_counter() - t0
+        tail = "\n" if done >= total else ""
+        first = " (compiling and running the first call)" if done == 0 else ""
+        sys.stderr.write(f"\revaluate: {done}/{total} episodes, {s:.0f} s{first}{' ' * 8}{tail}")
+        sys.stderr.flush()
+
+    return show
+
+
 def eval_bytes(setup: EvalSetup, n_episodes: int) -> int:
     """A lower bound on the host memory the results of `n_episodes` episodes take: the observation after every step
     of each (`EvalResult.observations`), held twice while the batches are joined."""
     return 2 * n_episodes * setup.max_steps * setup.spec.ob_dim * 4
 
 
-def check_eval_memory(setup: EvalSetup, n_episodes: int) -> None:
-    """Refuse, before anything runs, an evaluation whose results the machine's memory cannot hold."""
+def call_bytes(setup: EvalSetup, per_call: int) -> tuple[int, str, str]:
+    """A lower bound on the device memory one compiled call of `per_call` episodes needs beyond the dataset, with
+    what dominates it and what to change: the fine-tuning batches of the episodes that fine-tune together (their
+    inputs and each network's activations and gradients), or TTGS's vertex distance matrices (one per episode)."""
+    out, what, hint = 0, "", ""
+    if setup.ttt is not None:
+        batch = ttt_batch(setup.ttt, setup.sampler)
+        together = per_call if setup.ttt.bucket is None else min(setup.ttt.bucket, per_call)
+        widths = sum(sum(getattr(setup.cfg, f, ()) or ()) for f in ("actor_hidden_dims", "value_hidden_dims"))
+        row = 5 * setup.spec.ob_dim + setup.spec.action_dim + 4 * widths  # floats per batch row, at least
+        out = 4 * batch * together * row
+        what = f"fine-tuning batches of {batch} rows ({together} episode(s) at once)"
+        hint = "ask for a smaller batch (--batch / batch)"
+    if setup.ttgs is not None:
+        graph = 3 * 4 * setup.ttgs.n_vertices**2 * per_call  # distances, weights and a working copy, float32
+        if graph > out:
+            out = graph
+            what = f"TTGS graphs of {setup.ttgs.n_vertices} vertices ({per_call} episode(s) per call)"
+            hint = "ask for fewer vertices (ttgs n_vertices) or fewer episodes per call (--chunk / chunk)"
+    return out, what, hint
+
+
+def check_eval_memory(setup: EvalSetup, n_episodes: int, per_call: int | None = None) -> None:
+    """Refuse, before anything runs, an evaluation whose results the machine's memory cannot hold, or one compiled
+    call of `per_call` episodes (default: all of them) whose fine-tuning batches or TTGS graphs it cannot hold
+    (`call_bytes`)."""
     check_memory(eval_bytes(setup, n_episodes), f"evaluating {n_episodes} episodes ({setup.max_steps} steps each)",
                  "ask for fewer episodes or tasks (episodes are per task and seed), or evaluate in parts")  # fmt: skip
+    per_call = n_episodes if per_call is None else max(1, min(per_call, n_episodes))
+    nbytes, what, hint = call_bytes(setup, per_call)
+    if nbytes:
+        check_memory(nbytes, what, hint)
+
+
+def ttgs_cost_note(setup: EvalSetup, n_episodes: int) -> str | None:
+    """One line saying what a TTGS evaluation will cost on a CPU before it starts (None elsewhere, or when small):
+    its all-pairs graph grows as the square of `n_vertices`; on this project's 2-core CPU the published 4,000
+    vertices took about 4 minutes an episode (12 minutes, 6 GB for 3), 500 vertices about 10 s."""
+    if setup.ttgs is None or jax.default_backend() != "cpu" or setup.ttgs.n_vertices < 1000:
+        return None
+    per = 15.0 * (setup.ttgs.n_vertices / 1000) ** 2  # seconds an episode on a 2-core CPU, about
+    total = per * n_episodes
+    when = f"{total / 60:.0f} min" if total >= 120 else f"{total:.0f} s"
+    return (f"ttgs: {setup.ttgs.n_vertices} vertices on a CPU cost about {per:.0f} s an episode on 2 cores (about "
+            f"{when} for these {n_episodes}); --ttgs n_vertices=500 (pipelines: ttgs = {{ n_vertices = 500 }}) is "
+            "~60x cheaper for a first look")  # fmt: skip
 
 
 def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):
@@ -688,7 +763,18 @@ def run_episode(setup: EvalSetup, agent, data, env, start_xy, goal_xy, *, key=No
     if env is None or not hasattr(env, "reset_to"):
         raise TttError(f"env must be an in-program environment (ttt.envs.Env), got {type(env).__name__}; "
                        f"{spec.env_id} without one runs on the host driver (evaluate, driver='host')")  # fmt: skip
-    check_agents(agent, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim, stacked=False)
+    try:
+        check_agents(agent, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim, stacked=False)
+    except TttError:
+        try:  # the agents of several seeds (what load_run returns) rather than one: say so, and how to take one
+            n = check_agents(agent, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim, stacked=True)
+        except TttError:
+            n = None
+        if n is None:
+            raise
+        raise TttError(f"agent is seed-stacked: every array has a leading seed axis of {n} (as ttt.load_run returns "
+                       "the agents of every seed); run_episode takes ONE agent: take seed i with "
+                       "jax.tree.map(lambda x: x[i] if eqx.is_array(x) else x, agents)") from None  # fmt: skip
     what = f"goal coordinates of {env.env_id} (e.g. the maze xy)"
     start = check_vector("start_xy", start_xy, env.goal_dim, what)
     goal = check_vector("goal_xy", goal_xy, env.goal_dim, what)

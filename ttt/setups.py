@@ -109,6 +109,19 @@ def make_setup(
     **Returns** the `EvalSetup`. A setting out of range raises `TttError` naming it, the value and the valid range.
     """
     transforms = Transforms() if transforms is None else transforms
+    n = _Numbers(label)
+    K, N, h_min, n_episodes, slack = (n.int(k, v) for k, v in
+                                      (("K", K), ("N", N), ("h_min", h_min), ("n_episodes", n_episodes),
+                                       ("slack", slack)))  # fmt: skip
+    batch, H = n.int("batch", batch, none=True), n.int("H", H, none=True)
+    lr, q, mix, noise_alpha = (n.float(k, v) for k, v in (("lr", lr), ("q", q), ("mix", mix),
+                                                          ("noise_alpha", noise_alpha)))  # fmt: skip
+    eps, ft_alpha, c_rel = (n.float(k, v, none=True) for k, v in (("eps", eps), ("ft_alpha", ft_alpha),
+                                                                  ("c_rel", c_rel)))  # fmt: skip
+    once, reset_after_horizon, reuse_adam = (n.bool(k, v) for k, v in (("once", once), ("reset_after_horizon",
+                                             reset_after_horizon), ("reuse_adam", reuse_adam)))  # fmt: skip
+    if bucket != "auto":
+        bucket = n.int("bucket", bucket, none=True)
     if variant not in VARIANTS:
         raise TttError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if variant == "base":
@@ -189,6 +202,91 @@ def make_setup(
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms, graph)
 
 
+MAX_COUNT = 2**30  # the largest count (K, N, batch, h_min, ...) the compiled program's 32-bit integers hold safely
+
+
+def _integer(value: Any) -> int | None:
+    """`value` as a Python int when it is an integer of any kind (int, a NumPy integer, a 0-d NumPy or JAX integer
+    array), else None (a bool is not an integer here)."""
+    import numpy as np
+
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if hasattr(value, "dtype") and hasattr(value, "shape") and tuple(value.shape) == () and not _traced(value):
+        if np.issubdtype(np.dtype(value.dtype), np.integer):
+            return int(value)
+    return None
+
+
+def _real(value: Any) -> float | None:
+    """`value` as a Python float when it is a real number of any kind (int, float, NumPy scalars, 0-d NumPy or JAX
+    arrays of integers or floats), else None (a bool or a string is not a number here)."""
+    import numpy as np
+
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, int | float | np.integer | np.floating):
+        return float(value)
+    if hasattr(value, "dtype") and hasattr(value, "shape") and tuple(value.shape) == () and not _traced(value):
+        kind = np.dtype(value.dtype)
+        if np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating):
+            return float(value)
+    return None
+
+
+def _traced(value: Any) -> bool:
+    import jax
+
+    return isinstance(value, jax.core.Tracer)
+
+
+class _Numbers:
+    """`make_setup`'s settings as plain Python numbers: integers and reals of every kind accepted alike (NumPy
+    scalars, 0-d JAX arrays), anything else (a string, a list, a bool for a number) refused with one line naming
+    the setting, what it got and what is valid."""
+
+    def __init__(self, label: Callable[[str], str]):
+        self.label = label
+
+    def int(self, name: str, value: Any, none: bool = False) -> int | None:
+        if value is None and none:
+            return None
+        v = _integer(value)
+        if v is None:
+            real = _real(value)
+            hint = f"; write {int(real)}" if real is not None and math.isfinite(real) and real == int(real) else ""
+            raise TttError(f"{self.label(name)} must be an integer{' or None' if none else ''}{hint}, got "
+                           f"{value!r} ({type(value).__name__})")  # fmt: skip
+        if abs(v) > MAX_COUNT:
+            raise TttError(f"{self.label(name)} = {v} is too large: at most {MAX_COUNT} (2^30; the compiled "
+                           "program counts in 32-bit integers)")  # fmt: skip
+        return v
+
+    def float(self, name: str, value: Any, none: bool = False) -> float | None:
+        if value is None and none:
+            return None
+        v = _real(value)
+        if v is None:
+            hint = ""
+            if isinstance(value, str):
+                try:
+                    hint = f"; write the number itself, {name}={float(value)!r}, not a string"
+                except ValueError:
+                    pass
+            raise TttError(f"{self.label(name)} must be a number{' or None' if none else ''}, got {value!r} "
+                           f"({type(value).__name__}){hint}")  # fmt: skip
+        return v
+
+    def bool(self, name: str, value: Any) -> bool:
+        import numpy as np
+
+        if not isinstance(value, bool | np.bool_):
+            raise TttError(f"{self.label(name)} must be True or False, got {value!r} ({type(value).__name__})")
+        return bool(value)
+
+
 def ttgs_config(
     backbone: str,
     cfg: Any,
@@ -207,6 +305,11 @@ def ttgs_config(
         if unknown:
             raise TttError(f"{label('ttgs')}: unknown field(s) {', '.join(unknown)}; valid: "
                            f"{', '.join(f.name for f in dataclasses.fields(TTGSConfig))}")  # fmt: skip
+        for k, v in fields.items():  # NumPy / 0-d JAX numbers as Python's (the config checks Python types)
+            if _integer(v) is not None and not isinstance(v, int):
+                fields[k] = _integer(v)
+            elif _real(v) is not None and not isinstance(v, int | float):
+                fields[k] = _real(v)
         fields.setdefault("distance", "value" if has_value else "l2")
         tau, threshold = published_tau_threshold(backbone, dataset)
         fields.setdefault("tau", tau)
@@ -274,14 +377,49 @@ def load_run(
                              transforms=transforms, **settings)  # fmt: skip
     dataset, spec = setup.spec.name, setup.spec
     check_read_by_rule(setup, settings)
+    from ttt.evaluate import check_eval_memory
+
+    check_eval_memory(setup, 1)  # one episode's fine-tuning batches or TTGS graph, before loading anything
     if settings.get("rule") is not None and setup.ttt is not None and setup.ttt.select.rule_used != settings["rule"]:
         raise TttError(f"rule {settings['rule']!r} does not apply to variant {variant!r} (rule 'episodes' needs "
                        "variant 'ttt', a critic; 'mc-episodes' needs 'ttt-mc')")  # fmt: skip
-    data = load(dataset, data_dir)
+    data, _ = checkpoint_data(meta, dataset, data_dir)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(checkpoint), dataset_hash(data))
     states, _ = load_checkpoint(checkpoint, meta)
     env = make_env(spec.env_id, backend=backend) if has_jax_env(spec.env_id) else None
     return setup, states.agent, data, env
+
+
+def checkpoint_data(meta: dict, dataset: str, data_dir: str | os.PathLike | None = None):
+    """`(data, directory)`: the dataset a checkpoint (metadata `meta`) is evaluated on. From `data_dir` when given;
+    else from OGBench's directory when it holds the copy the checkpoint was trained on (same content hash), else
+    from the `ttt run` cache (`ttt.data.files.default_cache()`: a pipeline's checkpoint was trained on the cache's
+    copy), else OGBench's directory's error (or copy, which `check_compatible` then names)."""
+    from pathlib import Path
+
+    from ttt.data.files import default_cache
+
+    if data_dir is not None:
+        return load(dataset, data_dir), Path(data_dir)
+    try:
+        data, error = load(dataset, None), None
+        if dataset != meta["dataset"] or dataset_hash(data) == meta["dataset_hash"]:
+            return data, None
+    except TttError as e:
+        data, error = None, e
+    if dataset == meta["dataset"]:
+        for d in sorted((default_cache() / "data").glob(f"{dataset}-e*-s*")):
+            if not (d / f"{dataset}.npz").is_file():
+                continue
+            try:
+                found = load(dataset, d)
+            except TttError:
+                continue  # a corrupt cache entry: not this checkpoint's data
+            if dataset_hash(found) == meta["dataset_hash"]:
+                return found, d
+    if error is not None:
+        raise error
+    return data, None
 
 
 def setting_names() -> tuple[str, ...]:

@@ -249,6 +249,33 @@ def atomic_write_pickle(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_bytes(path, lambda f: pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+MAX_NAME_BYTES = 200  # a name's bytes, leaving room for the suffixes added to it (file systems allow 255)
+
+
+def file_name(name: Any, what: str) -> str:
+    """`name` (a run's or a pipeline's) as it may become a file or folder name: the one door through which a name
+    enters a path, so that no name writes outside its folder. Refused with one line naming `what` (e.g. 'run
+    name'): a non-string, an empty name, '.' or '..', a path separator (/ or \\) or an absolute path, a control
+    character, more than 200 bytes."""
+    valid = "a plain file name (no / or \\, not '.' or '..', no control characters, at most 200 bytes)"
+    if not isinstance(name, str):
+        raise TttError(f"{what} must be a string ({valid}), got {name!r}")
+    if not name.strip():
+        raise TttError(f"{what} is empty; give {valid}")
+    bad = next((c for c in name if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise TttError(f"{what} {name!r} holds the control character {bad!r}; give {valid}")
+    if "/" in name or "\\" in name or os.path.isabs(name):
+        raise TttError(f"{what} {name!r} holds a path separator, so its files would land outside their folder; give "
+                       f"{valid}")  # fmt: skip
+    if name in (".", ".."):
+        raise TttError(f"{what} {name!r} names a folder, not a file; give {valid}")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        raise TttError(f"{what} {name[:40]!r}... is {len(name.encode('utf-8', 'surrogatepass'))} bytes long; give "
+                       f"{valid}")  # fmt: skip
+    return name
+
+
 def writable_dir(path: str | os.PathLike, what: str) -> Path:
     """Create `path` (and parents) if missing and check that files can be written in it; else a one-line error
     naming `what` (e.g. '--out')."""

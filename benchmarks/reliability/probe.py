@@ -318,9 +318,230 @@ def cases(root: Path, data: Path, ck: Path) -> list[tuple[str, str, str, object]
          lambda: py(lambda: ttt.Transforms(params={"k": "x"}))),
         ("py: load_checkpoint(missing)", "ttt.load_checkpoint('/nonexistent')", "refuse",
          lambda: py(lambda: ttt.load_checkpoint("/nonexistent/ck"))),
+        *issue62_cases(root, data, ck, E, setup, agents, ds, env),
         # ---- interruptions (real processes)
         ("SIGTERM during eval without --json", "ttt eval CK (SIGTERM after 6 s)", "interrupted",
          lambda: signal_case([*E[:4], "--episodes", "40", "--variants", "base"], signal.SIGTERM, 6.0)),
+    ]
+
+
+def issue62_cases(root: Path, data: Path, ck: Path, E: list[str], setup, agents, ds, env) -> list:  # noqa: N803
+    """Issue 62's cases (names '62: ...'; `-k "62: "` runs only them): names that escape their folder, huge sizes,
+    labels a checkpoint contradicts, what the dry run resolves, settings a rule ignores, Python frictions, malformed
+    records and a BOM; with variations (other separators, other sizes, other ignored settings)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    import ttt
+    from ttt.data import generate as gen
+
+    ev = lambda *a: (lambda: cli([*E, *a]))  # noqa: E731
+    box = root / "62"
+    box.mkdir(exist_ok=True)
+    count = [0]
+
+    def toml(text: str) -> Path:
+        count[0] += 1
+        p = box / f"p{count[0]}.toml"
+        p.write_text(text)
+        return p
+
+    def dry(text: str, *sets: str, out: bool = True):
+        """`ttt run P --dry-run` (with --out and --cache in the box); fails when it writes where an escaping name would
+        (or anything at all: --out, the cache)."""
+
+        def thunk():
+            p = toml(text)
+            targets = [Path.cwd() / "runs", Path.cwd().parent / "evil", root.parent / "evil", Path("/tmp/abs"),
+                       box / "out", box / "cache"]  # where an escaping name or a dry run would write  # fmt: skip
+            before = {t for t in targets if t.exists()}
+            argv = ["run", str(p), "--dry-run", *(["--out", str(box / "out"), "--cache", str(box / "cache")]
+                                                  if out else [])]  # fmt: skip
+            for s in sets:
+                argv += ["--set", s]
+            rc, o, e = cli(argv)
+            new = {t for t in targets if t.exists()} - before
+            if new:
+                return 1, o, f"Traceback: wrote {sorted(map(str, new))}"
+            return rc, o, e
+
+        return thunk
+
+    def shows(thunk, needle: str, absent: str = ""):
+        """An 'ok' case that must also print `needle` (and not `absent`)."""
+
+        def wrapped():
+            rc, o, e = thunk()
+            if rc == 0 and (needle not in o or (absent and absent in o)):
+                seen = f"lacks {needle!r}" if needle not in o else f"shows {absent!r}"
+                return 1, o, f"exit 0 but the output {seen}"
+            return rc, o, e
+
+        return wrapped
+
+    def other_data() -> Path:
+        d = box / "other"
+        if not (d / f"{NAV}.npz").exists():
+            gen.generate(NAV, episodes=3, seed=1, directory=d, workers=1)
+        return d
+
+    def results(text: str, evals: str | None = None) -> str:
+        count[0] += 1
+        d = box / f"res{count[0]}"
+        d.mkdir()
+        (d / "results.json").write_text(text)
+        if evals is not None:
+            (d / "evals").mkdir()
+            (d / "evals" / "r-abc.json").write_text(evals)
+        return str(d)
+
+    def record(**edits) -> dict:
+        rec = dict(run=dict(name="r", group="main", dataset=NAV, agent="gcbc", variant="base", tasks=[1], episodes=1,
+                            eval_seed=0), checkpoint="ck", seeds=2, n_episodes=2, per_seed=[0.0, 1.0], mean=0.5, se=0.5,
+                   wall_s=1.0, profile="cpu")  # fmt: skip
+        rec.update(edits)
+        return rec
+
+    def bom() -> str:
+        p = box / "bom.toml"
+        p.write_bytes(b"\xef\xbb\xbf" + (REPO / "pipelines" / "quickstart.toml").read_bytes())
+        return str(p)
+
+    row = 'name = "p"\n[[run]]\n'
+    ckrow = f'name = "p"\n[[run]]\nname = "r"\ncheckpoint = "{ck}"\n'
+    L = lambda **kw: (lambda: py(lambda: ttt.load_run(ck, data_dir=data, **kw)))  # noqa: E731, N806
+    return [
+        # ---- 1. names that escape their folder
+        ("62: run named ../../evil", "ttt run p.toml --dry-run (run name '../../evil')", "refuse run name",
+         dry(row + 'name = "../../evil"\n')),
+        ("62: run named a/b", "ttt run p.toml --dry-run (run name 'a/b')", "refuse run name",
+         dry(row + 'name = "a/b"\n')),
+        ("62: run named a\\b", "ttt run p.toml --dry-run (run name 'a\\b')", "refuse run name",
+         dry(row + 'name = "a\\\\b"\n')),
+        ("62: run named /tmp/abs", "ttt run p.toml --dry-run (run name '/tmp/abs')", "refuse run name",
+         dry(row + 'name = "/tmp/abs"\n')),
+        ("62: run named ..", "ttt run p.toml --dry-run (run name '..')", "refuse run name", dry(row + 'name = ".."\n')),
+        ("62: run name with a control character", "ttt run p.toml --dry-run (run name '\\u0001x')", "refuse run name",
+         dry(row + 'name = "\\u0001x"\n')),
+        ("62: empty run name", "ttt run p.toml --dry-run (run name '')", "refuse run name", dry(row + 'name = ""\n')),
+        ("62: run name of 300 bytes", "ttt run p.toml --dry-run (run name 'x' * 300)", "refuse run name",
+         dry(row + f'name = "{"x" * 300}"\n')),
+        ("62: --set name=../x", "ttt run p.toml --dry-run --set name=../x", "refuse run name",
+         dry(row, "name=../x")),
+        ("62: a grid that puts / into names", "ttt run p.toml --dry-run (grid = { data_dir = ['x/y'] })",
+         "refuse path separator", dry(row + 'name = "r"\ngrid = { data_dir = ["x/y"] }\n')),
+        ("62: pipeline named ../../evil", "ttt run p.toml --dry-run (name = '../../evil', no --out)",
+         "refuse pipeline name", dry('name = "../../evil"\n[[run]]\n', out=False)),
+        ("62: pipeline named a/b", "ttt run p.toml --dry-run (name = 'a/b', no --out)", "refuse pipeline name",
+         dry('name = "a/b"\n[[run]]\n', out=False)),
+        ("62: pipeline named /tmp/abs", "ttt run p.toml --dry-run (name = '/tmp/abs')", "refuse pipeline name",
+         dry('name = "/tmp/abs"\n[[run]]\n')),
+        # ---- 2. huge sizes
+        ("62: eval --N 3e9", "ttt eval CK --variants ttt-mc --N 3000000000", "refuse --N",
+         ev("--variants", "ttt-mc", "--N", "3000000000")),
+        ("62: eval --batch 1e9", "ttt eval CK --variants ttt-mc --batch 1000000000", "refuse of memory",
+         ev("--variants", "ttt-mc", "--batch", "1000000000")),
+        ("62: eval --h-min 1e11", "ttt eval CK --variants ttt-mc --h-min 99999999999", "refuse --h-min",
+         ev("--variants", "ttt-mc", "--h-min", "99999999999")),
+        ("62: eval --n-episodes 1e11", "ttt eval CK --variants ttt --n-episodes 99999999999", "refuse --n-episodes",
+         ev("--variants", "ttt", "--n-episodes", "99999999999")),
+        ("62: eval --slack 1e11", "ttt eval CK --variants ttt-mc --rule mc-episodes --slack 99999999999",
+         "refuse --slack", ev("--variants", "ttt-mc", "--rule", "mc-episodes", "--slack", "99999999999")),
+        ("62: eval --ttgs n_vertices=1e8", "ttt eval CK --variants ttgs --ttgs n_vertices=100000000", "refuse memory",
+         ev("--variants", "ttgs", "--ttgs", "n_vertices=100000000")),
+        ("62: eval --chunk 1e12", "ttt eval CK --variants base --chunk 1000000000000 (clamped: ok)", "ok",
+         ev("--variants", "base", "--chunk", "1000000000000")),
+        ("62: run --set batch=1e9", "ttt run p.toml --dry-run --set batch=1000000000", "refuse of memory",
+         dry(row + 'variant = "ttt"\n', "batch=1000000000")),
+        ("62: run --set N=3e9", "ttt run p.toml --dry-run --set N=3000000000", "refuse N",
+         dry(row + 'variant = "ttt"\n', "N=3000000000")),
+        ("62: run --set h_min=1e11", "ttt run p.toml --dry-run --set h_min=99999999999", "refuse h_min",
+         dry(row + 'variant = "ttt-mc"\n', "h_min=99999999999")),
+        ("62: run ttgs n_vertices=1e8", "ttt run p.toml --dry-run (ttgs = { n_vertices = 100000000 })",
+         "refuse memory", dry(row + 'variant = "ttgs"\nttgs = { n_vertices = 100000000 }\n')),
+        ("62: run seeds=1e9", "ttt run p.toml --dry-run --set seeds=1000000000", "refuse memory",
+         dry(row, "seeds=1000000000")),
+        ("62: load_run(batch=1e9)", "ttt.load_run(CK, variant='ttt-mc', batch=10**9)", "refuse memory",
+         L(variant="ttt-mc", K=250, N=2, batch=10**9)),
+        ("62: load_run(N=3e9)", "ttt.load_run(CK, variant='ttt-mc', N=3 * 10**9)", "refuse N",
+         L(variant="ttt-mc", N=3 * 10**9)),
+        ("62: load_run(ttgs n_vertices=1e8)", "ttt.load_run(CK, variant='ttgs', ttgs={'n_vertices': 10**8})",
+         "refuse memory", L(variant="ttgs", ttgs={"n_vertices": 10**8})),
+        # ---- 3. a row's labels come from its checkpoint
+        ("62: row agent contradicts its checkpoint", "ttt run p.toml --dry-run (checkpoint = CK, agent = 'gciql')",
+         "refuse agent", dry(ckrow + 'agent = "gciql"\n')),
+        ("62: row steps contradict its checkpoint", "ttt run p.toml --dry-run (checkpoint = CK, steps = 10)",
+         "refuse steps", dry(ckrow + "steps = 10\n")),
+        ("62: row dataset contradicts its checkpoint",
+         "ttt run p.toml --dry-run (checkpoint = CK, dataset = pointmaze-medium-stitch-v0)", "refuse dataset",
+         dry(ckrow + 'dataset = "pointmaze-medium-stitch-v0"\n')),
+        ("62: --set profile contradicts the checkpoint", "ttt run p.toml --dry-run --set profile=paper",
+         "refuse profile", dry(ckrow, "profile=paper")),
+        ("62: row without agent shows the checkpoint's", "ttt run p.toml --dry-run ([defaults] agent = 'gciql', "
+         "checkpoint = CK of gcbc)", "ok",
+         shows(dry(ckrow.replace("[[run]]", '[defaults]\nagent = "gciql"\n[[run]]')), "r: gcbc base")),
+        # ---- 4. the dry run resolves checkpoints and their data
+        ("62: --dry-run --set checkpoint=/nonexistent", "ttt run quickstart --dry-run --set checkpoint=/nonexistent",
+         "refuse no checkpoint", lambda: cli(["run", "quickstart", "--dry-run", "--set", "checkpoint=/nonexistent"])),
+        ("62: --dry-run --set checkpoint=", "ttt run quickstart --dry-run --set checkpoint=", "refuse empty",
+         lambda: cli(["run", "quickstart", "--dry-run", "--set", "checkpoint="])),
+        ("62: --dry-run data of another copy", "ttt run p.toml --dry-run (checkpoint = CK, data_dir = another copy)",
+         "refuse different copy", lambda: dry(ckrow + f'data_episodes = 3\ndata_dir = "{other_data()}"\n')()),
+        ("62: --dry-run data that matches", "ttt run p.toml --dry-run (checkpoint = CK, data_dir = its data)", "ok",
+         shows(dry(ckrow + f'data_episodes = 3\ndata_dir = "{data}"\n'), "matches its data")),
+        # ---- 5. settings a rule ignores
+        ("62: q in [defaults] with a ttt row", "ttt run p.toml --dry-run ([defaults] q = 0.2; a ttt row)",
+         "refuse q", dry('name = "p"\n[defaults]\nq = 0.2\n[[run]]\nvariant = "ttt"\n')),
+        ("62: q in a ttt row", "ttt run p.toml --dry-run (variant ttt, q = 0.2)", "refuse q",
+         dry(row + 'variant = "ttt"\nq = 0.2\n')),
+        ("62: slack under rule episodes", "ttt run p.toml --dry-run (variant ttt, slack = 3)", "refuse slack",
+         dry(row + 'variant = "ttt"\nslack = 3\n')),
+        ("62: n_episodes under rule paper", "ttt run p.toml --dry-run (variant ttt-mc, n_episodes = 5)",
+         "refuse n_episodes", dry(row + 'variant = "ttt-mc"\nn_episodes = 5\n')),
+        ("62: n_episodes under rule mc-episodes", "ttt run p.toml --dry-run (ttt-mc, mc-episodes, n_episodes = 5)",
+         "refuse n_episodes", dry(row + 'variant = "ttt-mc"\nrule = "mc-episodes"\nn_episodes = 5\n')),
+        ("62: --set q with only ttt rows", "ttt run p.toml --dry-run --set q=0.2 (variant ttt)", "refuse q",
+         dry(row + 'variant = "ttt"\n', "q=0.2")),
+        ("62: --set q applies to the rows that read it", "ttt run quickstart --dry-run --set q=0.2", "ok",
+         shows(lambda: cli(["run", "quickstart", "--dry-run", "--set", "q=0.2"]), "ttt-mc",
+               absent="gcbc ttt on pointmaze-medium-navigate-v0 (cpu, 3 seeds, 2 episodes x 5 tasks) (lr 3e-05, N 200, "
+                      "K 100, q")),  # fmt: skip
+        ("62: shipped pipelines load", "ttt run PIPELINE --dry-run, every pipelines/*.toml", "ok",
+         lambda: next((r for r in (cli(["run", str(f), "--dry-run"]) for f in sorted((REPO / "pipelines")
+                                                                                     .glob("*.toml"))) if r[0] != 0),
+                      (0, "", ""))),  # fmt: skip
+        # ---- 6. Python frictions
+        ("62: load_run(lr='3e-4')", "ttt.load_run(CK, variant='ttt-mc', lr='3e-4')", "refuse lr",
+         L(variant="ttt-mc", lr="3e-4")),
+        ("62: load_run(eps='1')", "ttt.load_run(CK, variant='ttt-mc', eps='1')", "refuse eps",
+         L(variant="ttt-mc", eps="1")),
+        ("62: load_run(N=[2])", "ttt.load_run(CK, variant='ttt-mc', N=[2])", "refuse N", L(variant="ttt-mc", N=[2])),
+        ("62: load_run(K=np.int64(250))", "ttt.load_run(CK, variant='ttt-mc', K=np.int64(250), N=np.int32(2))", "ok",
+         L(variant="ttt-mc", K=np.int64(250), N=np.int32(2))),
+        ("62: load_run(K=jnp.asarray(250))", "ttt.load_run(CK, variant='ttt-mc', K=jnp.asarray(250))", "ok",
+         L(variant="ttt-mc", K=jnp.asarray(250), N=2)),
+        ("62: load_run(lr=np.float32)", "ttt.load_run(CK, variant='ttt-mc', lr=np.float32(1e-3))", "ok",
+         L(variant="ttt-mc", K=250, N=2, lr=np.float32(1e-3))),
+        ("62: load_run(ttgs n_vertices=np.int64)", "ttt.load_run(CK, variant='ttgs', ttgs={'n_vertices': "
+         "np.int64(2)})", "ok", L(variant="ttgs", ttgs={"n_vertices": np.int64(2)})),
+        ("62: run_episode(seed-stacked agents)", "ttt.run_episode(setup, agents, ...) (agents of 2 seeds)",
+         "refuse seed-stacked", lambda: py(lambda: ttt.run_episode(setup, agents, ds, env, ds.goals[0], ds.goals[5]))),
+        # ---- 7. malformed records and a BOM
+        ("62: report per_seed null", "ttt report DIR (a record with per_seed: null)", "refuse per_seed",
+         lambda: cli(["report", results(json.dumps(dict(rows=[], records=[record(per_seed=None)])))])),
+        ("62: report mean 'oops'", "ttt report DIR (a record with mean: 'oops')", "refuse mean",
+         lambda: cli(["report", results(json.dumps(dict(rows=[], records=[record(mean="oops")])))])),
+        ("62: report se 'x'", "ttt report DIR (a record with se: 'x')", "refuse se",
+         lambda: cli(["report", results(json.dumps(dict(rows=[], records=[record(se="x")])))])),
+        ("62: report record without its run's variant", "ttt report DIR (run: {name})", "refuse variant",
+         lambda: cli(["report", results(json.dumps(dict(rows=[], records=[record(run=dict(name="r"))])))])),
+        ("62: report truncated results.json", "ttt report DIR (results.json cut at 50 bytes)", "refuse --from-evals",
+         lambda: cli(["report", results(json.dumps(dict(rows=[], records=[record()]))[:50])])),
+        ("62: report --from-evals per_seed null", "ttt report DIR --from-evals (evals/r-abc.json per_seed null)",
+         "refuse per_seed",
+         lambda: cli(["report", results("{}", json.dumps(record(per_seed=None))), "--from-evals"])),
+        ("62: pipeline with a UTF-8 BOM", "ttt run quickstart.toml(with a BOM) --dry-run", "ok",
+         lambda: cli(["run", bom(), "--dry-run"])),
     ]
 
 

@@ -146,7 +146,6 @@ def eval_cmd(
                        "--json resumes at the first unfinished variant)")  # fmt: skip
 
     from ttt.checkpoint import check_compatible, dataset_hash, load_checkpoint, read_meta
-    from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.envs import NO_MJX, has_jax_env
     from ttt.evaluate import evaluate
@@ -211,8 +210,14 @@ def eval_cmd(
     _refuse_unread(setups, option)
     from ttt.evaluate import check_eval_memory
 
-    check_eval_memory(next(iter(setups.values())), meta["seeds"] * len(task_ids) * episodes)  # before any loading
-    data = load(dataset, directory)
+    for setup in setups.values():  # before any loading: the results, and one call's batches or graphs
+        check_eval_memory(setup, meta["seeds"] * len(task_ids) * episodes, chunk)
+    from ttt.setups import checkpoint_data
+
+    data, found = checkpoint_data(meta, dataset, directory)
+    if directory is None and found is not None:
+        click.echo(f"data: {dataset} from {found} (the copy this checkpoint was trained on, in the ttt run cache; "
+                   "--dir overrides)")  # fmt: skip
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
     states, meta = load_checkpoint(checkpoint, meta)
     import jax
@@ -256,6 +261,11 @@ def eval_cmd(
             click.echo(f"{name}: kept from {json_out} (same checkpoint and settings)")
             _echo_variant(name, prev, meta, dataset, task_ids, episodes, driver)
             continue
+        from ttt.evaluate import ttgs_cost_note
+
+        note = ttgs_cost_note(setup, meta["seeds"] * len(task_ids) * episodes)
+        if note:
+            click.echo(note)
         with ProgressBar(f"{name} {meta['agent']}") as bar:
             res = evaluate(
                 setup,
@@ -364,16 +374,37 @@ def _echo_variant(name, vd, meta, dataset, task_ids, episodes, driver) -> None:
 
     success = np.asarray(vd["success"], float)
     per_seed = success.mean(axis=(1, 2))
-    se = vd["se"] if vd["se"] is not None else float("nan")
-    rate = f"; {success.size / vd['wall_s']:.2f} episodes/s" if vd.get("wall_s") else ""
+    se = vd["se"]
+    spread = " (one seed: no s.e.)" if se is None or se != se else f" +- {se:.3f} (s.e. over seeds)"
+    rate = f"; {episode_rate(success.size, vd['wall_s'])}" if vd.get("wall_s") else ""
     click.echo(
         f"{name}: {meta['agent']} on {dataset} (step {meta['step']}, {meta['seeds']} seeds x "
-        f"{len(task_ids)} tasks x {episodes} episodes, {driver}): success {vd['mean']:.3f} +- {se:.3f} (s.e. over "
-        f"seeds){rate}"
+        f"{len(task_ids)} tasks x {episodes} episodes, {driver}): success {vd['mean']:.3f}{spread}{rate}"
+        + _ttgs_line(vd)
     )
     per_task = zip(task_ids, success.mean(axis=(0, 2)), strict=True)
     click.echo("  per task: " + ", ".join(f"task{t} {r:.2f}" for t, r in per_task))
     click.echo("  per seed: " + ", ".join(f"{r:.2f}" for r in per_seed))
+
+
+def episode_rate(n: int, wall_s: float) -> str:
+    """How fast episodes ran, in words that stay readable when they are slow (not '0.00 episodes/s')."""
+    rate = n / wall_s
+    return f"{rate:.2f} episodes/s" if rate >= 0.1 else f"{wall_s / n:.1f} s per episode"
+
+
+def _ttgs_line(vd: dict) -> str:
+    """TTGS's fallback, in the summary line: the mean over active rounds of the fraction of steps whose subgoal was
+    the final goal (1.0: no waypoint was used, the base policy ran)."""
+    import numpy as np
+
+    rounds = vd.get("rounds") or {}
+    if "ttgs_goal_frac" not in rounds or "active" not in rounds:
+        return ""
+    frac, active = np.asarray(rounds["ttgs_goal_frac"], float), np.asarray(rounds["active"], bool)
+    if not active.any():
+        return ""
+    return f"; ttgs_goal_frac {np.nanmean(frac[active]):.2f} (1.00: no waypoint used, the base policy)"
 
 
 def _ttt_doc(setup) -> dict | None:

@@ -27,13 +27,15 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
         parse_sets,
         run_pipeline,
         select_runs,
-        validate_run,
     )
     from ttt.pipeline.report import settings_text
 
     full = load_pipeline(find_pipeline(pipeline), parse_sets(sets))
     pipe = select_runs(full, only)
-    out = out or f"runs/{pipe.name}"
+    if out is None:
+        from ttt.storage import file_name
+
+        out = f"runs/{file_name(pipe.name, 'pipeline name')}"
     stage_list = tuple(s.strip() for s in stages.split(",") if s.strip())
     from ttt.pipeline import STAGES
 
@@ -42,13 +44,16 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
         raise TttError(f"--stages: unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
     click.echo(f"pipeline {pipe.name}: {len(pipe.runs)} runs -> {out} (cache {cache_root(cache)})")
     if dry_run:
-        for r in pipe.runs:
-            validate_run(r)
-        for r in pipe.runs:
+        from ttt.pipeline import plan_run
+        from ttt.pipeline.stages import check_checkpoint_data
+
+        plans = [plan_run(r, cache) for r in pipe.runs]
+        checked = [check_checkpoint_data(p) for p in plans]  # the checkpoints and their data, generating nothing
+        for r, note in zip(pipe.runs, checked, strict=True):
             tt = "" if r["variant"] == "base" else f" ({settings_text(r)})"
             click.echo(
                 f"  {r['name']}: {r['agent']} {r['variant']} on {r['dataset']} ({r['profile']}, {r['seeds']} seeds, "
-                f"{r['episodes']} episodes x {len(r['tasks'])} tasks){tt}"
+                f"{r['episodes']} episodes x {len(r['tasks'])} tasks){tt}" + (f"\n    {note}" if note else "")
             )
         return
     result = run_pipeline(
@@ -60,7 +65,9 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
         echo=click.echo,
         all_names=[r["name"] for r in full.runs],
     )
-    click.echo(f"done in {result.wall_s:.0f} s: {out}/results.json, results.csv, report.md, plots/")
+    n, c = len(result.records), len(result.cached)
+    came = f"{n} rows evaluated" if not c else f"{c} of {n} rows from the cache ({', '.join(result.cached)})"
+    click.echo(f"done in {result.wall_s:.0f} s ({came}): {out}/results.json, results.csv, report.md, plots/")
 
 
 @click.command("report")

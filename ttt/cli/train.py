@@ -44,9 +44,10 @@ def pretrain_cmd(dataset, agent, steps, seeds, profile, out, directory, chunk, s
 
     writable_dir(out, "--out")
     data = load(dataset, directory)
-    click.echo(
-        f"{agent} on {dataset} ({data.n_rows} rows), profile {profile}: {prof.description}; "
-        f"{seeds} seed(s), {steps} steps -> {out}"
+    widths = getattr(cfg, "actor_hidden_dims", None) or prof.hidden_dims
+    click.echo(  # what this run trains (the profile's networks and batch after --set), not the profile's defaults
+        f"{agent} on {dataset} ({data.n_rows} rows), profile {profile}: {'x'.join(map(str, widths))} MLPs, batch "
+        f"{sampler.batch_size}; {seeds} seed(s), {steps} steps -> {out}"
     )
     if (Path(out) / "meta.json").exists():
         from ttt.checkpoint import read_meta

@@ -27,6 +27,11 @@ def default_dir() -> Path:
     return Path(os.path.expanduser(OGBENCH_DEFAULT_DIR))
 
 
+def default_cache() -> Path:
+    """`ttt run`'s artifact cache: $TTT_CACHE, else ~/.cache/ttt (datasets in CACHE/data/NAME-e<episodes>-s<seed>/)."""
+    return Path(os.environ.get("TTT_CACHE") or "~/.cache/ttt").expanduser()
+
+
 def resolve_dir(directory: str | os.PathLike | None, create_default: bool = False, writable: bool = False) -> Path:
     """The dataset directory: `directory`, or OGBench's default. An explicit one must already exist."""
     if directory is None:

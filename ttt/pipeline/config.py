@@ -33,6 +33,7 @@ from ttt.envs import NO_MJX, has_jax_env
 from ttt.errors import TttError
 from ttt.presets import AGENTS, PROFILES
 from ttt.select import IGNORED_BY_RULE
+from ttt.storage import file_name
 
 VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
 CRITIC_VARIANTS = ("ttt", "ttt+ttgs")  # GC-TTT ranking by the critic
@@ -94,7 +95,8 @@ RUN_KEYS: dict[str, Key] = {
     "train_seed": Key("int", 0, "root seed of pre-training", False, None, *_nonneg),
     "train_chunk": Key("int", 1000, "pre-training steps per compiled chunk / checkpoint", False, None, *_pos),
     "agent_config": Key("table", {}, "backbone config overrides, e.g. { actor_hidden_dims = [512, 512] }"),
-    "checkpoint": Key("str", None, "use this checkpoint, not a pre-trained one (null: the cache's)", nullable=True),
+    "checkpoint": Key("str", None, "use this checkpoint, not a pre-trained one (null: the cache's); the row's dataset, "
+                  "agent, profile, steps and seeds are the checkpoint's", nullable=True),
     # Stage 3: evaluation.
     "episodes": Key("int", 10, "evaluation episodes per task and seed", False, None, *_pos),
     "tasks": Key("list[int]", [1, 2, 3, 4, 5], "evaluation tasks", check=lambda t: all(1 <= x <= 5 for x in t) and
@@ -286,8 +288,64 @@ def resolve_run(raw: dict, defaults: dict, sets: dict, where: str) -> dict:
         if grid_keys:
             out["name"] += "-" + "-".join(f"{k}{_fmt(out[k])}" for k in grid_keys)
     out["grid"] = list(grid_keys)
+    file_name(out["name"], f"{where}: run name")  # it names the row's files (evals/NAME-KEY.json, ...)
     _check_combination(out, where)
+    _check_read_by_rule(out, (set(raw) | set(defaults)) - set(sets) - {"_grid", "grid"}, set(raw), where)
+    if out["variant"] not in ("base", "ttgs"):  # `--set` of a key this row's rule ignores leaves the row as it was
+        for k in set(sets) & set(IGNORED_BY_RULE[effective_rule(out)]):
+            out[k] = check_value(k, raw.get(k, defaults.get(k, RUN_KEYS[k].default)), where)
+    if out["checkpoint"] is not None:
+        _from_checkpoint(out, (set(raw) | set(sets)) - {"_grid", "grid"}, where)
     return out
+
+
+# The keys a checkpoint fixes, with how its metadata names them.
+CHECKPOINT_KEYS = {"dataset": "dataset", "agent": "agent", "profile": "profile", "steps": "step", "seeds": "seeds"}
+
+
+def _from_checkpoint(r: dict, stated: set, where: str) -> None:
+    """A row that names a checkpoint evaluates that checkpoint: its dataset, agent, profile, steps and seeds come
+    from the checkpoint's metadata (so the row's labels are the checkpoint's), and a row (or `--set`) that states
+    one of them differently is refused. The checkpoint must exist and its metadata be readable (`--dry-run` too)."""
+    from ttt.checkpoint import read_meta
+
+    path = r["checkpoint"]
+    if not path.strip():
+        raise TttError(f"{where}: checkpoint is empty; give a checkpoint directory (`ttt pretrain --out`'s), or leave "
+                       "checkpoint out (or \"null\") to pre-train one in the cache")  # fmt: skip
+    try:
+        meta = read_meta(Path(path).expanduser())
+    except TttError as e:
+        raise TttError(f"{where}: checkpoint: {e}") from None
+    for key, field in CHECKPOINT_KEYS.items():
+        value = meta.get(field)
+        if value is None or (key == "profile" and value not in PROFILES) or (key == "agent" and value not in AGENTS):
+            continue  # (a checkpoint without a profile, e.g. one made before profiles were recorded)
+        if key in stated and r[key] != value:
+            raise TttError(f"{where}: {key} = {json.dumps(r[key])}, but checkpoint {path} has {key} "
+                           f"{json.dumps(value)} ({meta['agent']} on {meta['dataset']}, {meta.get('profile')} profile, "
+                           f"step {meta.get('step')}, {meta['seeds']} seeds); leave {key} out of the row (it comes "
+                           "from the checkpoint) or name another checkpoint")  # fmt: skip
+        r[key] = value
+
+
+def _check_read_by_rule(r: dict, given: set, in_row: set, where: str) -> None:
+    """A selection setting that the row's rule does not read (`q` under rule 'episodes', ...:
+    `ttt.select.IGNORED_BY_RULE`), stated in the row or in [defaults], would change nothing yet be shown as the
+    row's setting: refuse it, as `ttt eval` and `ttt.load_run` do. (`--set` is checked over the whole pipeline:
+    `load_pipeline`.)"""
+    if r["variant"] in ("base", "ttgs"):
+        return
+    rule = effective_rule(r)
+    ignored = [k for k in IGNORED_BY_RULE[rule] if k in given]
+    if ignored:
+        k = ignored[0]
+        place = "this row" if k in in_row else "[defaults] (every row inherits it)"
+        why = f" (the default of variant {r['variant']})" if r["rule"] is None else ""
+        readers = [n for n, keys in IGNORED_BY_RULE.items() if k not in keys]
+        raise TttError(f"{where}: {k} = {json.dumps(r[k])} changes nothing: rule {rule!r}{why} does not read it; "
+                       f"remove it from {place}, or set rule = {' / '.join(repr(n) for n in readers)}, which read "
+                       f"{k} (docs/algorithm.md)")  # fmt: skip
 
 
 def _check_combination(r: dict, where: str) -> None:
@@ -366,7 +424,7 @@ def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:
             f"pipeline {path} is a directory; give a .toml file or a name ({', '.join(available_pipelines())})"
         )
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        doc = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM (some Windows editors) is skipped
     except FileNotFoundError:
         raise TttError(f"pipeline file {path} does not exist") from None
     except UnicodeDecodeError:
@@ -392,6 +450,7 @@ def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:
         _unknown(raw, [*RUN_KEYS, "grid"], where)
         for r in expand_grid(raw, where):
             runs.append(resolve_run(r, defaults, sets, where))
+    _check_sets_read(runs, sets, str(path))
     names = [r["name"] for r in runs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -400,7 +459,20 @@ def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:
     desc = doc.get("description", "")
     if not isinstance(name, str) or not isinstance(desc, str):
         raise TttError(f"{path}: name and description must be strings")
+    file_name(name, f"{path}: pipeline name")  # the default output directory is runs/NAME
     return Pipeline(name=name, description=desc, runs=tuple(runs), source=str(path))
+
+
+def _check_sets_read(runs: list[dict], sets: dict, where: str) -> None:
+    """`--set KEY=...` of a selection setting that no GC-TTT row's rule reads would change nothing: refuse it (as
+    `ttt eval --q` with only variants whose rule ignores q). Where some rows read it, it applies to those only
+    (`resolve_run`)."""
+    ttt_rows = [r for r in runs if r["variant"] not in ("base", "ttgs")]
+    for k in sorted(set(sets) & {k for keys in IGNORED_BY_RULE.values() for k in keys}):
+        if ttt_rows and all(k in IGNORED_BY_RULE[effective_rule(r)] for r in ttt_rows):
+            rules = ", ".join(sorted({effective_rule(r) for r in ttt_rows}))
+            raise TttError(f"--set {k}: no row of {where} reads it (their rule: {rules}), so it would change nothing; "
+                           "leave it out, or set a rule that reads it (docs/algorithm.md)")  # fmt: skip
 
 
 def select_runs(pipe: Pipeline, only: str | None) -> Pipeline:

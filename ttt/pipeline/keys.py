@@ -14,13 +14,13 @@ import os
 from pathlib import Path
 
 from ttt.checkpoint import config_dict
-from ttt.data.files import default_dir
+from ttt.data.files import default_cache, default_dir
 from ttt.pipeline.config import EVAL_KEYS, LATE_EVAL_KEYS, RUN_KEYS, effective_rule
 from ttt.storage import digest, file_sha256
 
 
 def cache_root(cache: str | os.PathLike | None = None) -> Path:
-    return Path(cache or os.environ.get("TTT_CACHE") or "~/.cache/ttt").expanduser()
+    return Path(cache).expanduser() if cache else default_cache()
 
 
 def data_dir(run: dict, cache: Path) -> Path:

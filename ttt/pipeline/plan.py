@@ -28,13 +28,13 @@ from ttt.envs import has_jax_env
 from ttt.envs.gym import max_episode_steps
 from ttt.episode import Transforms
 from ttt.errors import TttError
-from ttt.evaluate import EvalSetup
+from ttt.evaluate import EvalSetup, check_eval_memory
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.pipeline.config import CRITIC_VARIANTS, Pipeline, effective_rule
 from ttt.pipeline.keys import cache_root, data_dir, eval_settings
 from ttt.pipeline.settings import relevance_everywhere, select_random_rank
 from ttt.presets import get_agent, get_profile, make_configs
-from ttt.setups import checkpoint_setup, ttgs_config
+from ttt.setups import checkpoint_setup, make_setup, ttgs_config
 from ttt.storage import check_memory
 
 
@@ -158,7 +158,7 @@ def _data_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> DataPla
 
 def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, where: str) -> EvalPlan:
     n = run["seeds"] * len(run["tasks"]) * run["episodes"]
-    check_memory(2 * n * max_steps * spec.ob_dim * 4, f"{where}: episodes = {run['episodes']} ({n} episodes with "
+    check_memory(eval_bytes_of(n, max_steps, spec), f"{where}: episodes = {run['episodes']} ({n} episodes with "
                  "every seed and task)", "ask for fewer episodes")  # fmt: skip
     settings: dict[str, Any] = dict(backend=run["backend"], transforms=Transforms())
     if run["variant"] not in ("base", "ttgs"):
@@ -167,12 +167,23 @@ def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, w
     if run["variant"] in ("ttgs", "ttt+ttgs"):  # graph search's settings, checked against the backbone
         ttgs_config(train.backbone, train.cfg, run["ttgs"], lambda _: f"{where}: ttgs", spec.name)
         settings["ttgs"] = dict(run["ttgs"])
+    try:  # the evaluation's setup as the plan's configs make it: every setting's type and range, and the memory of
+        # one compiled call (fine-tuning batches, TTGS graphs), before any data or training
+        setup = make_setup(run["variant"], train.backbone, train.cfg, train.sampler, spec, max_steps, **settings)
+        check_eval_memory(setup, n, run["chunk"])
+    except TttError as e:
+        raise TttError(f"{where}: {e}") from None
     driver = run["driver"]
     if driver == "auto":
         driver = "compiled" if has_jax_env(spec.env_id) else "host"
     key = MappingProxyType(eval_settings(run, spec.env_id))
     return EvalPlan(run["variant"], MappingProxyType(settings), driver, run["episodes"], tuple(run["tasks"]),
                     run["eval_seed"], run["chunk"], run["figure"], key)  # fmt: skip
+
+
+def eval_bytes_of(n: int, max_steps: int, spec: DatasetSpec) -> int:
+    """The host memory the results of `n` episodes take (`ttt.evaluate.eval_bytes`), before any setup exists."""
+    return 2 * n * max_steps * spec.ob_dim * 4
 
 
 def _check_ttt(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, where: str) -> None:

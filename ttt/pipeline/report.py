@@ -23,7 +23,7 @@ from ttt.errors import TttError
 from ttt.pipeline.config import load_pipeline
 from ttt.presets import PROFILES
 from ttt.stats import welch
-from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, writable_dir
+from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json, writable_dir
 
 CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
               "paper", "paper_se", "welch_t", "welch_p", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
@@ -116,19 +116,62 @@ def write_results(records: list[dict], out: Path) -> None:
     atomic_write_text(out / "results.csv", buf.getvalue())
 
 
+def _is_num(x, none: bool = False) -> bool:
+    return (x is None and none) or (isinstance(x, int | float) and not isinstance(x, bool))
+
+
+# What the report reads of a record, with what each must be (a record is refused, naming the first field that is not).
+_RECORD_FIELDS = (
+    ("mean", lambda x: _is_num(x), "a number (the mean success over seeds)"),
+    ("se", lambda x: _is_num(x, True), "a number or null (the standard error over seeds)"),
+    ("per_seed", lambda x: isinstance(x, list) and len(x) > 0 and all(_is_num(v) for v in x),
+     "a non-empty list of numbers (each seed's success rate)"),
+    ("seeds", lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1, "an integer >= 1"),
+    ("n_episodes", lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 1, "an integer >= 1"),
+    ("wall_s", lambda x: _is_num(x, True), "a number or null (seconds)"),
+    ("checkpoint", lambda x: isinstance(x, str), "a string (the checkpoint's path)"),
+)  # fmt: skip
+_RUN_FIELDS = (("name", str), ("variant", str), ("dataset", str), ("group", str))
+
+
+def check_record(rec, where: str) -> dict:
+    """`rec` if it is an evaluation record the report can read, else one line naming `where`, the first field that
+    is wrong, what it holds and what is valid."""
+    if not isinstance(rec, dict) or not isinstance(rec.get("run"), dict):
+        raise TttError(f"{where}: not an evaluation record (a JSON object with its run); rebuild results.json with "
+                       "`ttt report DIR --from-evals`")  # fmt: skip
+    name = rec["run"].get("name")
+    for key, kind in _RUN_FIELDS:
+        if not isinstance(rec["run"].get(key), kind):
+            raise TttError(f"{where}: run.{key} must be a string, got {json.dumps(rec['run'].get(key))}; rebuild "
+                           "results.json with `ttt report DIR --from-evals`")  # fmt: skip
+    for key, ok, valid in _RECORD_FIELDS:
+        if not ok(rec.get(key)):
+            got = json.dumps(rec.get(key)) if key in rec else "nothing (missing)"
+            raise TttError(f"{where} (run {name!r}): {key} must be {valid}, got {got[:60]}; rebuild results.json with "
+                           "`ttt report DIR --from-evals`, or run the row again")  # fmt: skip
+    return rec
+
+
 def load_results(run_dir: str | Path) -> dict:
     p = Path(run_dir) / "results.json"
     if not p.exists():
         raise TttError(f"{run_dir}: no results.json; `ttt run PIPELINE --out {run_dir}` produces it")
+    rebuild = f"rebuild it from the evaluation records with `ttt report {run_dir} --from-evals`"
     try:
-        doc = json.loads(p.read_text())
-        doc["rows"], doc["records"]  # noqa: B018
-    except (ValueError, KeyError, TypeError):
-        raise TttError(f"{p}: not a ttt results file (expected keys rows, records)") from None
+        doc = json.loads(p.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError:
+        raise TttError(f"{p}: not a text file, so not a ttt results file; {rebuild}") from None
+    except ValueError as e:
+        raise TttError(f"{p}: not valid JSON (truncated or edited: {e}); {rebuild}") from None
+    if not isinstance(doc, dict) or "rows" not in doc or "records" not in doc:
+        raise TttError(f"{p}: not a ttt results file (expected a JSON object with keys rows, records); {rebuild}")
     recs = doc["records"]
-    if not isinstance(recs, list) or not all(isinstance(r, dict) and isinstance(r.get("run"), dict) for r in recs):
+    if not isinstance(recs, list):
         raise TttError(f"{p}: not a ttt results file (records must be a list of evaluation records, each with its "
-                       "run); rebuild it with `ttt report DIR --from-evals`")  # fmt: skip
+                       f"run); {rebuild}")  # fmt: skip
+    for i, rec in enumerate(recs):
+        check_record(rec, f"{p}: record {i + 1}")
     return doc
 
 
@@ -143,9 +186,10 @@ def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print)
     for f in files:
         try:
             rec = json.loads(f.read_text())
-            name, n = rec["run"]["name"], int(rec["n_episodes"])
-        except (ValueError, KeyError, TypeError):
-            raise TttError(f"{f}: not a ttt evaluation record (expected keys run.name, n_episodes)") from None
+        except (ValueError, UnicodeDecodeError):
+            raise TttError(f"{f}: not a ttt evaluation record (not valid JSON: truncated or edited); delete it and "
+                           "run its row again") from None  # fmt: skip
+        name, n = check_record(rec, str(f))["run"]["name"], rec["n_episodes"]
         counts[name] = counts.get(name, 0) + 1
         rank = (n, f.stat().st_mtime_ns)
         if name not in best or rank > best[name][0]:
@@ -537,7 +581,8 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
     rs = rows(doc["records"])
     plots = writable_dir(out / "plots", "the report's plots directory")
     meta_p = run_dir / "pipeline.json"
-    meta = json.loads(meta_p.read_text()) if meta_p.exists() else {}
+    meta = read_json(meta_p) if meta_p.exists() else {}
+    meta = meta if isinstance(meta, dict) else {}  # an unreadable pipeline.json: the directory's name as the title
     profiles = sorted({str(r["profile"]) for r in rs})
     md = [f"# {meta.get('name', run_dir.name)}", ""]
     if meta.get("description"):
@@ -589,7 +634,8 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
                     f"{'equal to' if agree else 'DIFFERENT from'} what the episode recorded).",
                     "",
                 ]
-            md += ["Colours: rounds; grey: 100 dataset episodes; black: the agent's path.", ""]
+            shown = len(np.load(files[0])["bg_len"]) if files else 0  # (at most 100 drawn, fewer in a small dataset)
+            md += [f"Colours: rounds; grey: {shown} dataset episodes; black: the agent's path.", ""]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
     echo(f"report: {path} ({len(rs)} rows, plots in {plots})")

@@ -16,7 +16,16 @@ from ttt.pipeline.config import Pipeline
 from ttt.pipeline.keys import cache_root
 from ttt.pipeline.plan import plan_pipeline
 from ttt.pipeline.report import rows, table_md, write_report, write_results
-from ttt.pipeline.stages import BarFactory, Echo, EnvCache, ensure_checkpoint, ensure_data, evaluate_run, load_data
+from ttt.pipeline.stages import (
+    BarFactory,
+    Echo,
+    EnvCache,
+    check_checkpoint_data,
+    ensure_checkpoint,
+    ensure_data,
+    evaluate_run,
+    load_data,
+)
 from ttt.storage import atomic_write_text, dumps, locked, read_json, writable_dir
 
 STAGES = ("data", "pretrain", "eval")
@@ -27,6 +36,7 @@ class RunOutcome:
     records: list[dict]
     out: Path
     wall_s: float
+    cached: list[str] = dataclasses.field(default_factory=list)  # rows whose record came from the cache
 
 
 def run_pipeline(
@@ -45,18 +55,20 @@ def run_pipeline(
     bad = [s for s in stages if s not in STAGES]
     if bad:
         raise TttError(f"unknown stage(s) {', '.join(bad)}; valid: {', '.join(STAGES)}")
-    cache = cache_root(cache)
+    cache_arg, cache = cache, cache_root(cache)
     plans = plan_pipeline(pipe, cache)  # every check that needs no data or training, before any stage starts
+    for plan in plans:  # a named checkpoint against data that exists already: before anything is generated
+        check_checkpoint_data(plan)
     bar = bar or _null_bar
     out = writable_dir(out, "--out")
     if "data" in stages or "pretrain" in stages:
-        writable_dir(cache, "--cache")
+        writable_dir(cache, cache_label(cache_arg))
     doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
     atomic_write_text(out / "pipeline.json", dumps(doc, indent=1))
     t0 = time.perf_counter()
     datasets: dict[tuple, tuple] = {}
     envs = EnvCache()
-    records = []
+    records, cached = [], []
     for i, plan in enumerate(plans):
         echo(f"[{i + 1}/{len(plans)}] {plan.name}: {plan.train.agent} {plan.eval.variant} on {plan.data.name}")
         d = ensure_data(plan, "data" in stages, bar, echo)
@@ -68,7 +80,7 @@ def run_pipeline(
         ckpt = ensure_checkpoint(plan, data, dhash, "pretrain" in stages, bar, echo)
         if "eval" not in stages:
             continue
-        records.append(evaluate_run(plan, ckpt, data, out, bar, echo, envs, shared=cache / "evals"))
+        records.append(evaluate_run(plan, ckpt, data, out, bar, echo, envs, shared=cache / "evals", cached=cached))
         # After every run: an interrupted pipeline leaves its finished rows (and the other rows kept). The rows of
         # the other runs are read when writing, under a lock: two invocations into one --out (--only A, --only B at
         # once) keep each other's rows.
@@ -78,7 +90,16 @@ def run_pipeline(
         echo(table_md(rows(records)))
         with locked(out / ".results.lock", f"{out / 'results.json'}"):
             write_report(out, echo=echo)
-    return RunOutcome(records, out, time.perf_counter() - t0)
+    return RunOutcome(records, out, time.perf_counter() - t0, cached)
+
+
+def cache_label(cache: str | os.PathLike | None) -> str:
+    """How errors name the cache: the option, or the environment variable it came from, or the default."""
+    if cache:
+        return "--cache"
+    if os.environ.get("TTT_CACHE"):
+        return "the cache ($TTT_CACHE)"
+    return "the cache (~/.cache/ttt; --cache or $TTT_CACHE)"
 
 
 def _kept_records(out: Path, pipe: Pipeline, all_names: list[str] | None) -> list[dict]:

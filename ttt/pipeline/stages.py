@@ -20,12 +20,12 @@ from ttt.data.files import load
 from ttt.data.generate import generate as gen
 from ttt.envs import make_env
 from ttt.errors import TttError
-from ttt.evaluate import evaluate
+from ttt.evaluate import evaluate, ttgs_cost_note
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, checkpoint_ref, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
 from ttt.pretrain import pretrain
-from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, read_json
+from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, read_json
 
 Echo = Callable[[str], None]
 BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
@@ -111,6 +111,7 @@ def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: Bar
         return Checkpoint(out, meta)
     meta = _cached_meta(out, echo)
     if meta is not None and meta.get("step", 0) >= t.steps:
+        echo(f"  pretrain: from the cache ({out})")
         return Checkpoint(out, meta)
     if not train:
         raise TttError(
@@ -131,6 +132,35 @@ def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: Bar
                           seed=t.seed, profile=t.profile,
                           progress=lambda done, total, means, rate: b(done, total))  # fmt: skip
     return Checkpoint(out, result.meta)
+
+
+def check_checkpoint_data(plan: RunPlan) -> str:
+    """For a row that names a checkpoint: its metadata readable, and the dataset it would evaluate on, when it exists
+    already, the copy the checkpoint was trained on (same content hash), checked without generating or training
+    anything (`ttt run --dry-run`, and `ttt run` before its first stage); a mismatch is one line naming both. Returns
+    what was checked, for the dry run's listing ('' for a row without a checkpoint)."""
+    t, p = plan.train, plan.data
+    if t.checkpoint is None:
+        return ""
+    try:
+        meta = read_meta(t.checkpoint)
+    except TttError as e:
+        raise TttError(f"run {plan.name}: {e}") from None
+    where = f"run {plan.name}: checkpoint {t.checkpoint}"
+    spec = p.spec
+    check_compatible(meta, p.name, spec.ob_dim, spec.action_dim, where)
+    if not ((p.directory / f"{p.name}.npz").exists() and (p.directory / f"{p.name}-val.npz").exists()):
+        return (f"checkpoint {t.checkpoint} (step {meta.get('step')}); its data {p.what} is not in {p.directory} yet: "
+                "the data stage generates it, then its content is checked against the checkpoint's")  # fmt: skip
+    from ttt.checkpoint import dataset_hash
+
+    data = load(p.name, p.directory)
+    try:
+        check_compatible(meta, p.name, data.obs_dim, data.action_dim, where, dataset_hash(data))
+    except TttError as e:
+        raise TttError(f"{e} (the data in {p.directory}; set data_dir, data_episodes and data_seed to the copy it "
+                       "was trained on)") from None  # fmt: skip
+    return f"checkpoint {t.checkpoint} (step {meta.get('step')}) matches its data in {p.directory}"
 
 
 def _cached_meta(out: Path, echo: Echo) -> dict | None:
@@ -216,24 +246,32 @@ def evaluate_run(
     echo: Echo,
     envs: EnvCache,
     shared: Path | None = None,
+    cached: list[str] | None = None,
 ) -> dict:
     """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved).
 
     A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
-    cache directory of records that every pipeline writes to), is reused instead of evaluated again."""
+    cache directory of records that every pipeline writes to), is reused instead of evaluated again; the row's name
+    is then appended to `cached`."""
     run, ev = dict(plan.run), plan.eval
     ckpt, meta = checkpoint.path, checkpoint.meta
     key = eval_key(plan, ckpt, meta)
-    record_path = out / "evals" / f"{plan.name}-{key}.json"
+    record_path = out / "evals" / f"{file_name(plan.name, 'run name')}-{key}.json"
     if record_path.exists():
         record = read_json(record_path)
         if isinstance(record, dict) and record.get("eval_key") == key and "mean" in record:
+            echo(f"  eval: {plan.name}: from the cache ({record_path.name}: same checkpoint and settings), success "
+                 f"{record['mean']:.3f}")  # fmt: skip
+            if cached is not None:
+                cached.append(plan.name)
             return record
         echo(f"  eval: {record_path} is corrupt (truncated or not a record); evaluating {plan.name} again")
         record_path.unlink()
     reused = _reused_record(plan, key, out, shared, echo)
     if reused is not None:
         atomic_write_text(record_path, dumps(reused))
+        if cached is not None:
+            cached.append(plan.name)
         return reused
     setup = make_eval_setup(plan, ckpt, meta)
     driver = ev.driver
@@ -256,6 +294,9 @@ def evaluate_run(
     if kept:  # said at once: a log shows nothing else until the next task finishes, minutes later
         echo(f"  eval: {plan.name} resuming at {done} of {total} episodes ({kept} of {len(ev.tasks)} tasks kept in "
              f"{partial})")
+    note = ttgs_cost_note(setup, total - done)
+    if note:
+        echo(f"  {note}")
     with bar(f"eval {plan.name}", "episodes") as b:
         b(done, total)
         for t in ev.tasks:
@@ -283,7 +324,7 @@ def evaluate_run(
                     arrays["start_xy"] = res.starts[..., :2]
                     arrays["goal_xy"] = res.goals[..., :2]
                 atomic_save_npz(f, arrays, compress=False)
-                fig = out / "figures" / f"{plan.name}.npz"
+                fig = out / "figures" / f"{file_name(plan.name, 'run name')}.npz"
                 wanted = t == ev.tasks[0] or not all(fig.with_suffix(f".{o}.npz").exists()
                                                      for o in ("success", "failure"))  # fmt: skip
                 if ev.figure and wanted and setup.ttt is not None and "xy" in arrays:
@@ -324,12 +365,14 @@ def evaluate_run(
                             steps=cat("steps"))  # fmt: skip
         if all("final_obs" in p for p in per_task):  # parts written before it was kept have none
             trajectories["final_obs"] = cat("final_obs")
-        atomic_save_npz(out / "trajectories" / f"{plan.name}.npz", trajectories, compress=False)
+        path = out / "trajectories" / f"{file_name(plan.name, 'run name')}.npz"
+        atomic_save_npz(path, trajectories, compress=False)
     atomic_write_text(record_path, dumps(record))
     if shared is not None:
         atomic_write_text(shared / f"{key}.json", dumps(record))
+    spread = " (one seed: no s.e.)" if record["se"] is None else f" +- {record['se']:.3f}"
     echo(
-        f"  eval: {plan.name}: success {record['mean']:.3f} +- {_se(record['se']):.3f} "
+        f"  eval: {plan.name}: success {record['mean']:.3f}{spread} "
         f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
     )
     return record
@@ -342,6 +385,3 @@ def _device_kind() -> str:
 
     return str(jax.devices()[0].device_kind)
 
-
-def _se(se: float | None) -> float:
-    return float("nan") if se is None else se
