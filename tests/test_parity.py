@@ -8,6 +8,10 @@ what a real difference gives (benchmarks/RESULTS.md, "Same checkpoint, two imple
 - forward outputs 2e-5: the worst case seen is 3.4e-6 (a 29-input value net of three LayerNorm layers); float32's
   epsilon is 1.2e-7, and two XLA versions order sums differently;
 - every loss term at every update 2e-5 (worst seen 1.1e-6), final parameters 1e-5 (worst seen 1.2e-7);
+- QRL's training amplifies float32 rounding itself: a 1e-7 relative nudge of ttt's own initial parameters moves
+  ttt's QRL losses by 2e-4 and its parameters by 4e-4 within 100 updates (from about update 64, as the
+  constraint d(s, s') <= 1 starts to bind), exactly as far as the reference's differ; so QRL is held to the
+  tolerances above over its first 60 updates and to 1e-3 after (`CHAOTIC`, benchmarks/published/parity_table.py);
 - a real difference is far above: moving GC-IQL's target critic from the online critic AFTER the step instead of
   before (ttt's order until this fixture found it) moves the losses by 2e-3 and the parameters by 9e-5 within 100
   updates (`test_the_tolerances_catch_a_target_update_order`).
@@ -23,19 +27,25 @@ from ttt.agents import get_backbone
 from ttt.checkpoint import TrainState, make_optimizer
 
 FORWARD_TOL, LOSS_TOL, PARAM_TOL = 2e-5, 2e-5, 1e-5
+CHAOTIC = {"ogbench-qrl": 60}  # case -> updates compared at the tight tolerances; 1e-3 after (see above)
+LOOSE = 1e-3
 
 pytestmark = pytest.mark.skipif(not CASES, reason="no parity fixtures")
 
 
 def _check(r, name):
-    for k, (mine, theirs) in {**r.init_forward, **r.final_forward}.items():
+    tight = CHAOTIC.get(name)
+    for k, (mine, theirs) in r.init_forward.items():
         assert mine.shape == theirs.shape, (name, k)
         assert max_rel(mine, theirs) < FORWARD_TOL, (name, k, max_rel(mine, theirs))
+    for k, (mine, theirs) in r.final_forward.items():
+        assert max_rel(mine, theirs) < (FORWARD_TOL if tight is None else LOOSE), (name, k, max_rel(mine, theirs))
     assert r.losses, name
     for k, (mine, theirs) in r.losses.items():
-        assert max_rel(mine, theirs) < LOSS_TOL, (name, k, max_rel(mine, theirs))
+        assert max_rel(mine[:tight], theirs[:tight]) < LOSS_TOL, (name, k, max_rel(mine[:tight], theirs[:tight]))
+        assert max_rel(mine, theirs) < LOOSE, (name, k, max_rel(mine, theirs))
     for path, mine, theirs in r.final:
-        assert max_rel(mine, theirs) < PARAM_TOL, (name, path, max_rel(mine, theirs))
+        assert max_rel(mine, theirs) < (PARAM_TOL if tight is None else LOOSE), (name, path, max_rel(mine, theirs))
 
 
 @pytest.mark.parametrize("name", CASES)

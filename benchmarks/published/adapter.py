@@ -352,7 +352,8 @@ def speed_up() -> None:
 class Published:
     """Their environment, dataset and one restored agent per seed, built the way their main.py builds them."""
 
-    def __init__(self, code: Path, cfgs: dict[int, dict], fast: bool = True):
+    def __init__(self, code: Path, cfgs: dict[int, dict], fast: bool = True, trajectories: Path | None = None,
+                 variant: str = ""):  # fmt: skip
         import random
 
         import numpy as np
@@ -362,7 +363,7 @@ class Published:
         from utils.env_utils import make_env_and_datasets
         from utils.flax_utils import restore_agent
 
-        self.fast = fast
+        self.fast, self.trajectories, self.variant = fast, trajectories, variant
         if fast:
             speed_up()
         self.agents, self.cfgs = {}, {}
@@ -405,6 +406,11 @@ class Published:
         )
         wall = time.perf_counter() - t0
         traj = trajs[0]
+        if self.trajectories is not None:  # the episode's path, for a step-by-step comparison (same_checkpoint.py)
+            self.trajectories.mkdir(parents=True, exist_ok=True)
+            np.savez(self.trajectories / f"{self.variant}-s{seed}-t{task}-e{ep}.npz",
+                     observations=np.asarray(traj["observation"], np.float32),
+                     actions=np.asarray(traj["action"], np.float32))  # fmt: skip
         return {"seed": seed, "task": task, "episode": ep, "success": float(traj["info"][-1]["success"]),
                 "steps": len(traj["action"]), "wall_s": wall, "reset_seed": reset_seed, "speedups": self.fast,
                 "patches": len(SPEEDUPS) if self.fast else 0}  # 3 since the plotting patch (26 Nov, session 22)
@@ -498,6 +504,8 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=3e-4, help="fine-tuning learning rate")
     p.add_argument("--num-steps", type=int, default=100, help="fine-tuning updates per round (N)")
     p.add_argument("--replan", type=int, default=100, help="steps between re-selections with the critic rule (K)")
+    p.add_argument("--trajectories", type=Path, default=None,
+                   help="also save each episode's observations and actions here (VARIANT-sS-tT-eE.npz)")
     p.add_argument("--data-dir", type=Path, default=Path("~/.ogbench/data").expanduser())
     p.add_argument("--machine", default=f"{platform.node()}, {os.cpu_count()} CPUs, CPU jax")
     p.add_argument("--no-speedups", action="store_true",
@@ -574,7 +582,7 @@ def main() -> None:
             print(f"{variant}: {rec['n_episodes']} of {len(args.seeds) * len(args.tasks) * args.episodes} episodes in "
                   f"the block ({len(done)} run), mean {rec['mean']}, s.e. {rec['se']} -> {rec_path}", flush=True)
             continue
-        pub = Published(args.code, cfgs, fast=not args.no_speedups)
+        pub = Published(args.code, cfgs, fast=not args.no_speedups, trajectories=args.trajectories, variant=variant)
         for s, t, e in todo:
             d = pub.episode(s, t, e)
             with open(log, "a") as f:
