@@ -53,7 +53,7 @@ def _checkpoint(path, agent, seeds=2, **overrides):
     return open_checkpoint(path)
 
 
-@pytest.mark.parametrize("agent", ["gciql", "gciql-awr", "qrl", "gcbc"])
+@pytest.mark.parametrize("agent", ["gciql", "gciql-awr", "qrl", "gcbc", "saw"])
 def test_export_then_import_gives_the_same_arrays(agent, data_dir, tmp_path):
     ck = _checkpoint(tmp_path / "ck", agent)
     pkl = export_checkpoint(ck, tmp_path / "params_7.pkl", seed=1)
