@@ -39,17 +39,18 @@ def test_curve_legend_names_the_variant_and_only_what_differs():
     assert curve_labels(by_steps, "variant") == ["steps 10000", "steps 10000", "steps 30000", "steps 30000"]
 
 
-def _write_record(d, rec: dict, key: str, n_episodes: int, mtime_ns: int) -> None:
+def _write_record(d, rec: dict, key: str, n_episodes: int, written: int) -> None:
+    """A record written at second `written` of a day; its file time says the opposite (file times must not count)."""
     import json
     import os
 
-    rec = dict(rec, n_episodes=n_episodes)
+    rec = dict(rec, n_episodes=n_episodes, written=f"2026-11-28T00:{written // 60:02d}:{written % 60:02d}Z")
     p = d / f"{rec['run']['name']}-{key}.json"
     p.write_text(json.dumps(rec))
-    os.utime(p, ns=(mtime_ns, mtime_ns))
+    os.utime(p, ns=(10**12 - written, 10**12 - written))
 
 
-def test_report_from_evals_keeps_per_run_the_record_with_most_episodes_then_newest(tmp_path, capsys):
+def test_report_from_evals_keeps_per_run_the_record_with_most_episodes_then_newest_written(tmp_path, capsys):
     """`ttt report DIR --from-evals`: results.json from every record in DIR/evals, whatever the last --only wrote."""
     import json
 
@@ -60,10 +61,10 @@ def test_report_from_evals_keeps_per_run_the_record_with_most_episodes_then_newe
     ev.mkdir()
     base, ttt = _record(10_000, "base", 0.3), _record(10_000, "ttt", 0.9)
     ttt["run"].update(lr=3e-4, N=100, K=100, q=0.05, mix=0.0)
-    _write_record(ev, dict(base, mean=0.5), "a", 30, 3_000)  # a 30-episode screen, newest
-    _write_record(ev, base, "b", 150, 1_000)  # the 150-episode row: kept
-    _write_record(ev, dict(ttt, mean=0.7), "c", 150, 1_000)
-    _write_record(ev, ttt, "d", 150, 2_000)  # same episodes, newer: kept
+    _write_record(ev, dict(base, mean=0.5), "a", 30, 3_000 % 3600)  # a 30-episode screen, newest
+    _write_record(ev, base, "b", 150, 1_000 % 3600)  # the 150-episode row: kept
+    _write_record(ev, dict(ttt, mean=0.7), "c", 150, 1_000 % 3600)
+    _write_record(ev, ttt, "d", 150, 2_000 % 3600)  # same episodes, written later: kept
     (tmp_path / "results.json").write_text(json.dumps(dict(rows=[], records=[])))  # what an --only run left
     assert main(["report", str(tmp_path), "--from-evals"]) == 0
     out = capsys.readouterr().out

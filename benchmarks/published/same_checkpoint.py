@@ -66,12 +66,19 @@ def published_episodes(folder: Path, dataset: str, variant: str, steps: int) -> 
     return {(d["seed"], d["task"], d["episode"]): d for d in rec.get("episodes_run", [])}
 
 
-def first_difference(mine: np.ndarray, theirs: np.ndarray, tol: float = 1e-4) -> dict:
-    n = min(len(mine), len(theirs))
-    gap = np.abs(mine[:n, : theirs.shape[1]] - theirs[:n]).max(axis=-1)
+def first_difference(mine_obs: np.ndarray, theirs_obs: np.ndarray, mine_act: np.ndarray, theirs_act: np.ndarray,
+                     tol: float = 1e-4) -> dict:
+    """Where two paths of one episode part: `ttt`'s `observations[t]` is the observation AFTER action t, the
+    published trajectory's `observation[t]` the one before it, so `ttt`'s t pairs with their t + 1. The first step
+    whose observation (or action) differs by more than `tol`, and the largest gap."""
+    n = min(len(mine_obs), len(theirs_obs) - 1 + 1, len(theirs_act))
+    d = theirs_obs.shape[1]
+    obs_gap = np.abs(mine_obs[: n - 1, :d] - theirs_obs[1:n]).max(axis=-1) if n > 1 else np.zeros(0)
+    act_gap = np.abs(mine_act[:n] - theirs_act[:n]).max(axis=-1)
+    gap = np.maximum(np.append(obs_gap, 0.0), act_gap)
     above = np.flatnonzero(gap > tol)
-    return dict(first_step=int(above[0]) if above.size else None, compared=n, max_gap=float(gap.max()) if n else None,
-                gap_at_end=float(gap[-1]) if n else None)  # fmt: skip
+    return dict(first_step=int(above[0]) if above.size else None, compared=int(n), max_obs_gap=float(obs_gap.max())
+                if obs_gap.size else None, max_action_gap=float(act_gap.max()) if n else None)  # fmt: skip
 
 
 def main() -> None:
@@ -108,7 +115,6 @@ def main() -> None:
     for variant in args.variants.split(","):
         settings = {} if variant == "base" else SETTINGS
         setup, agents, data, env = load_run(ck_dir, args.dir, variant=variant, **settings)
-        pub = published_episodes(args.published, args.dataset, variant, args.steps)
         log = args.out / f"ttt-{variant}.jsonl"
         done = {}
         if log.exists():
@@ -131,20 +137,36 @@ def main() -> None:
                     n = int(out.steps)
                     d = dict(seed=s, task=t, episode=e, reset_seed=reset_seed, success=float(out.success), steps=n,
                              wall_s=wall, start_obs_matches=bool(np.allclose(out.start, obs0, atol=1e-5)))  # fmt: skip
-                    p = pub.get((s, t, e))
-                    if p is not None:
-                        d.update(published_success=p["success"], published_steps=p["steps"])
-                    tr = args.trajectories and args.trajectories / f"{variant}-s{s}-t{t}-e{e}.npz"
-                    if tr and tr.exists():
-                        with np.load(tr) as f:
-                            d["path"] = first_difference(np.asarray(out.observations)[:n], f["observations"])
+                    if args.trajectories:  # ttt's path, kept so that the pairing can be redone later
+                        args.trajectories.mkdir(parents=True, exist_ok=True)
+                        np.savez(args.trajectories / f"ttt-{variant}-s{s}-t{t}-e{e}.npz",
+                                 observations=np.asarray(out.observations)[:n], actions=np.asarray(out.actions)[:n])
                     done[(s, t, e)] = d
                     with open(log, "a") as f:
                         f.write(dumps(d) + "\n")
-                    print(f"{variant} s{s} t{t} e{e}: ttt {d['success']:.0f} in {n} steps ({wall:.1f} s); published "
-                          f"{d.get('published_success')} in {d.get('published_steps')}; path {d.get('path')}",
-                          flush=True)  # fmt: skip
+                    print(f"{variant} s{s} t{t} e{e}: ttt {d['success']:.0f} in {n} steps ({wall:.1f} s)", flush=True)
+                    write_record(args, variant, done, ck, digests)
         write_record(args, variant, done, ck, digests)
+
+
+def pair(args, variant: str, done: dict) -> list[dict]:
+    """Each finished `ttt` episode with the published code's record of it and, where both paths were saved, where
+    they part (recomputed from the files at every write, so episodes the published side finishes later pair too)."""
+    pub = published_episodes(args.published, args.dataset, variant, args.steps)
+    out = []
+    for key in sorted(done):
+        d = {k: v for k, v in done[key].items() if not k.startswith("published_") and k != "path"}
+        p = pub.get(key)
+        if p is not None:
+            d.update(published_success=p["success"], published_steps=p["steps"])
+        s, t, e = key
+        mine = args.trajectories and args.trajectories / f"ttt-{variant}-s{s}-t{t}-e{e}.npz"
+        theirs = args.trajectories and args.trajectories / f"{variant}-s{s}-t{t}-e{e}.npz"
+        if mine and mine.exists() and theirs.exists():
+            with np.load(mine) as a, np.load(theirs) as b:
+                d["path"] = first_difference(a["observations"], b["observations"], a["actions"], b["actions"])
+        out.append(d)
+    return out
 
 
 def _env_id(dataset: str) -> str:
@@ -154,13 +176,15 @@ def _env_id(dataset: str) -> str:
 
 
 def write_record(args, variant: str, done: dict, ck, digests) -> None:
-    eps = [done[k] for k in sorted(done)]
+    eps = pair(args, variant, done)
     per_seed = [float(np.mean([d["success"] for d in eps if d["seed"] == s])) for s in args.seeds]
     paired = [d for d in eps if "published_success" in d]
     both = dict(
         n=len(paired),
         success_agree=sum(d["success"] == d["published_success"] for d in paired),
         steps_agree=sum(d["steps"] == d["published_steps"] for d in paired),
+        paths_compared=sum("path" in d for d in paired),
+        paths_identical=sum(d.get("path", {}).get("first_step", 0) is None for d in paired),
         published_mean=float(np.mean([d["published_success"] for d in paired])) if paired else None,
     )
     rec = dict(

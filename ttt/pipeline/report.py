@@ -177,12 +177,15 @@ def load_results(run_dir: str | Path) -> dict:
 
 def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print) -> list[dict]:
     """Every row's record from `RUN_DIR/evals/` (the evaluation cache, which keeps every record ever made there):
-    per run name the record with the most episodes, then the newest file; in the order of `pipeline.json`'s runs,
-    then by name. For results that several invocations (`--only`, other machines) wrote into one directory."""
+    per run name the record with the most episodes, then one with a checkpoint digest, then the newest by the time
+    written inside it (`written`; file times are not used: a fresh clone makes them equal), then the file name; in the
+    order of `pipeline.json`'s runs, then by name. For results that several invocations (`--only`, other machines)
+    wrote into one directory. A tie that only the file name breaks is said."""
     ev = Path(run_dir) / "evals"
     files = sorted(ev.glob("*.json")) if ev.is_dir() else []
     best: dict[str, tuple] = {}
     counts: dict[str, int] = {}
+    ties: dict[str, int] = {}
     for f in files:
         try:
             rec = json.loads(f.read_text())
@@ -191,16 +194,20 @@ def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print)
                            "run its row again") from None  # fmt: skip
         name, n = check_record(rec, str(f))["run"]["name"], rec["n_episodes"]
         counts[name] = counts.get(name, 0) + 1
-        rank = (n, f.stat().st_mtime_ns)
+        rank = (n, rec.get("checkpoint_sha256") is not None, str(rec.get("written") or ""))
+        if name in best and rank == best[name][0]:
+            ties[name] = ties.get(name, 1) + 1
         if name not in best or rank > best[name][0]:
             best[name] = (rank, rec, f)
+            ties.pop(name, None)
     if not best:
         raise TttError(f"{run_dir}: no evaluation records in {ev}; `ttt run PIPELINE --out {run_dir}` writes them")
     pos = {n: i for i, n in enumerate(_pipeline_order(Path(run_dir)))}
     names = sorted(best, key=lambda n: (pos.get(n, len(pos)), n))
     for n in names:
         if counts[n] > 1:
-            echo(f"  {n}: {counts[n]} records, kept {best[n][2].name} ({best[n][1]['n_episodes']} episodes)")
+            tie = f"; {ties[n]} equal by episodes, digest and time written: the first by file name" if n in ties else ""
+            echo(f"  {n}: {counts[n]} records, kept {best[n][2].name} ({best[n][1]['n_episodes']} episodes{tie})")
     return [best[n][1] for n in names]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -349,6 +350,7 @@ def evaluate_run(
         driver=driver,
         device=_device_kind(),
         eval_key=key,
+        written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),  # which of two records is newer (no file times)
         seeds=int(success.shape[0]),
         n_episodes=int(success.size),
         per_seed=rates.tolist(),
