@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ttt.pipeline.report import curve_labels, plot_curves, rows
+from ttt.pipeline.report import curve_labels, paper_table_md, plot_curves, rows
 
 
 def _record(steps: int, variant: str, mean: float) -> dict:
@@ -161,3 +161,16 @@ def test_results_json_has_readable_rows_and_one_line_per_record(tmp_path):
     assert doc["records"][1]["rounds"]["spearman"] == [[[[None, 0.5]]]]
     write_results([], tmp_path)
     assert json.loads((tmp_path / "results.json").read_text()) == dict(rows=[], records=[])
+
+
+def test_a_paper_figure_for_another_dataset_is_not_shown():
+    """A copied quickstart on stitch: the rows' navigate figures (`paper_dataset`) must not sit beside stitch results."""
+    nav = _record(10_000, "base", 0.3)
+    nav["run"].update(paper=0.05, paper_ref="Table 1", paper_dataset="pointmaze-medium-navigate-v0")
+    stitch = _record(20_000, "base", 0.3)
+    stitch["run"].update(paper=0.05, paper_ref="Table 1", paper_dataset="pointmaze-medium-navigate-v0",
+                         dataset="pointmaze-medium-stitch-v0")  # fmt: skip
+    a, b = rows([nav, stitch])
+    assert a["paper"] == 0.05
+    assert b["paper"] is None and "none for pointmaze-medium-stitch-v0" in b["paper_ref"]
+    assert "[0.05]" not in paper_table_md([b])

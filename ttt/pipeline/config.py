@@ -82,6 +82,8 @@ RUN_KEYS: dict[str, Key] = {
     "paper": Key("float", None, "the paper's success rate for this row (shown beside ours)", nullable=True),
     "paper_se": Key("float", None, "the paper's standard error for this row", nullable=True),
     "paper_ref": Key("str", None, "where the paper's figure comes from (e.g. 'Table 1')", nullable=True),
+    "paper_dataset": Key("str", None, "the dataset the paper's figure is for: a row on another dataset shows none",
+                         nullable=True),
     # Stage 1: data.
     "data_episodes": Key("int", None, "training episodes to generate (null: OGBench's full size)", True, None, *_pos),
     "data_seed": Key("int", 0, "generation seed", False, None, *_nonneg),

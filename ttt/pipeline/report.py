@@ -73,6 +73,9 @@ def rows(records: list[dict]) -> list[dict]:
         r = rec["run"]
         row = {k: r.get(k) for k in CSV_FIELDS if k in r}
         row.update({k: r.get(k) for k in r.get("grid", [])})  # every swept key, e.g. pre-training steps
+        if r.get("paper_dataset") not in (None, r.get("dataset")):  # the paper's figure is for another dataset
+            row.update(paper=None, paper_se=None, paper_ref=f"none for {r.get('dataset')} (the figure given is for "
+                       f"{r['paper_dataset']})")  # fmt: skip
         if r.get("variant") == "ttgs":
             row["ttgs"] = r.get("ttgs") or {}
         row.update(
