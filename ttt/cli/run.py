@@ -49,10 +49,10 @@ def run_cmd(pipeline, sets, out, cache, stages, only, dry_run):
 
         plans = [plan_run(r, cache) for r in pipe.runs]
         checked = [check_checkpoint_data(p) for p in plans]  # the checkpoints and their data, generating nothing
-        for r, note in zip(pipe.runs, checked, strict=True):
+        for r, p, note in zip(pipe.runs, plans, checked, strict=True):
             tt = "" if r["variant"] == "base" else f" ({settings_text(r)})"
-            click.echo(
-                f"  {r['name']}: {r['agent']} {r['variant']} on {r['dataset']} ({r['profile']}, {r['seeds']} seeds, "
+            click.echo(  # the profile the plan resolved: an imported checkpoint's is "imported"
+                f"  {r['name']}: {r['agent']} {r['variant']} on {r['dataset']} ({p.train.profile}, {r['seeds']} seeds, "
                 f"{r['episodes']} episodes x {len(r['tasks'])} tasks){tt}" + (f"\n    {note}" if note else "")
             )
         return

@@ -137,12 +137,23 @@ def make_eval_setup(plan: RunPlan, ckpt: Path, meta: dict) -> EvalSetup:
 
 
 def _train_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> TrainPlan:
+    checkpoint = None if run["checkpoint"] is None else Path(run["checkpoint"]).expanduser()
+    if checkpoint is not None:  # the configs are the checkpoint's (an imported one has no preset or profile)
+        from ttt.checkpoint import backbone_config, read_meta, sampler_config
+
+        try:
+            meta = read_meta(checkpoint)
+            cfg, sampler = backbone_config(meta), sampler_config(meta)
+        except TttError as e:
+            raise TttError(f"{where}: checkpoint: {e}") from None
+        return TrainPlan(meta["agent"], meta["backbone"], str(meta.get("profile") or run["profile"]), cfg, sampler,
+                         meta.get("step", 0), meta["seeds"], run["train_seed"], run["train_chunk"], checkpoint,
+                         cache / "ckpt" / spec.name)  # fmt: skip
     try:
         cfg, sampler = make_configs(run["agent"], spec, run["profile"], dict(run["agent_config"]))
     except TttError as e:
         raise TttError(f"{where}: agent_config: {e}") from None
     steps = get_profile(run["profile"]).steps if run["steps"] is None else run["steps"]
-    checkpoint = None if run["checkpoint"] is None else Path(run["checkpoint"]).expanduser()
     return TrainPlan(run["agent"], get_agent(run["agent"]).backbone, run["profile"], cfg, sampler, steps, run["seeds"],
                      run["train_seed"], run["train_chunk"], checkpoint, cache / "ckpt" / spec.name)  # fmt: skip
 
