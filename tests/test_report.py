@@ -164,7 +164,7 @@ def test_results_json_has_readable_rows_and_one_line_per_record(tmp_path):
 
 
 def test_a_paper_figure_for_another_dataset_is_not_shown():
-    """A copied quickstart on stitch: the rows' navigate figures (`paper_dataset`) must not sit beside stitch results."""
+    """A copied quickstart on stitch: the rows' navigate figures (`paper_dataset`) are not shown beside stitch."""
     nav = _record(10_000, "base", 0.3)
     nav["run"].update(paper=0.05, paper_ref="Table 1", paper_dataset="pointmaze-medium-navigate-v0")
     stitch = _record(20_000, "base", 0.3)
