@@ -81,6 +81,14 @@ def dataset_hash(data: Dataset) -> str:
     return h.hexdigest()[:16]
 
 
+def new_meta(agent: str, backbone: str, cfg, sampler: SamplerConfig, dataset: str, data: Dataset, seeds: int,
+             seed: int, profile: str, **extra) -> dict:
+    """The metadata a new checkpoint starts with (`save_checkpoint` adds the step and the state file's digest)."""
+    return dict(agent=agent, backbone=backbone, config=config_dict(cfg), sampler=config_dict(sampler), dataset=dataset,
+                dataset_hash=dataset_hash(data), obs_dim=data.obs_dim, action_dim=data.action_dim, seeds=seeds,
+                seed=seed, profile=profile, versions=package_versions(), **extra)  # fmt: skip
+
+
 def save_checkpoint(out: Path, states: TrainState, meta: dict) -> dict:
     """Write `state-<step>.eqx` (Equinox serialised leaves) then `meta.json` pointing at it, both atomically;
     returns the metadata written.

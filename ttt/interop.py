@@ -36,11 +36,9 @@ from ttt.checkpoint import (
     Checkpoint,
     TrainState,
     check_compatible,
-    config_dict,
-    dataset_hash,
     init_state,
+    new_meta,
     open_checkpoint,
-    package_versions,
     save_checkpoint,
 )
 from ttt.data.sampler import GoalMix, SamplerConfig
@@ -502,26 +500,9 @@ def import_checkpoint(
     data = load(dataset, data_dir)
     meta_probe = dict(obs_dim=obs_dim, action_dim=action_dim, dataset=dataset)
     check_compatible(meta_probe, dataset, data.obs_dim, data.action_dim, str(sources[0].path))
-    meta = dict(
-        agent=preset,
-        backbone=agent,
-        config=config_dict(cfg),
-        sampler=config_dict(sampler),
-        dataset=dataset,
-        dataset_hash=dataset_hash(data),
-        obs_dim=obs_dim,
-        action_dim=action_dim,
-        seeds=len(sources),
-        seed=0,
-        profile="imported",
-        versions=package_versions(),
-        source=dict(
-            format="ogbench",
-            reference=reference,
-            files=[dict(name=s.path.name, sha256=s.sha256, step=s.step) for s in sources],
-            settings=settings,
-        ),
-    )
+    source = dict(format="ogbench", reference=reference, settings=settings,
+                  files=[dict(name=s.path.name, sha256=s.sha256, step=s.step) for s in sources])  # fmt: skip
+    meta = new_meta(preset, agent, cfg, sampler, dataset, data, len(sources), 0, "imported", source=source)
     writable_dir(out.parent if not out.exists() else out, "--out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.import-"))

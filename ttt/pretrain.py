@@ -31,7 +31,7 @@ from ttt.checkpoint import (  # noqa: F401  (TrainState, init_state, make_optimi
     init_state,
     load_checkpoint,
     make_optimizer,
-    package_versions,
+    new_meta,
     read_meta,
     save_checkpoint,
 )
@@ -164,20 +164,7 @@ def pretrain(
 
 def _pretrain(agent, backbone_name, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile,
               progress):  # fmt: skip
-    meta = dict(
-        agent=agent,
-        backbone=backbone_name,
-        config=config_dict(cfg),
-        sampler=config_dict(sampler),
-        dataset=dataset,
-        dataset_hash=dataset_hash(data),
-        obs_dim=data.obs_dim,
-        action_dim=data.action_dim,
-        seeds=seeds,
-        seed=seed,
-        profile=profile,
-        versions=package_versions(),
-    )
+    meta = new_meta(agent, backbone_name, cfg, sampler, dataset, data, seeds, seed, profile)
 
     one = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone_name, data.obs_dim, data.action_dim, cfg)
     nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one) if hasattr(x, "dtype"))

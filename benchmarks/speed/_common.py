@@ -12,13 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.envs.gym import make_gym_env as make_env
 from ttt.episode import TTTConfig, make_act, round_keys
 from ttt.evaluate import EvalSetup, episode_batch
 from ttt.finetune import FinetuneConfig, make_ttt_step
-from ttt.pretrain import backbone_config, load_checkpoint, read_meta, sampler_config
 from ttt.select import SelectConfig, select_round
 
 CKPT = "runs/base/cpu/pointmaze-medium-navigate-v0/gcbc"

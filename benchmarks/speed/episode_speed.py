@@ -36,13 +36,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.envs.gym import max_episode_steps
 from ttt.episode import TTTConfig
 from ttt.evaluate import EvalSetup, evaluate
 from ttt.finetune import FinetuneConfig
-from ttt.pretrain import backbone_config, load_checkpoint, read_meta, sampler_config
 from ttt.select import SelectConfig
 
 

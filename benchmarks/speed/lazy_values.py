@@ -40,12 +40,12 @@ def _ckpt(dataset: str) -> str:
 def row(dataset: str, cap: float, episodes: int) -> dict:
     import numpy as np
 
+    from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.episode import TTTConfig, value_pass_rows
     from ttt.evaluate import EvalSetup, evaluate
     from ttt.finetune import FinetuneConfig
-    from ttt.pretrain import backbone_config, load_checkpoint, read_meta, sampler_config
     from ttt.select import SelectConfig
 
     path = _ckpt(dataset)

@@ -104,8 +104,8 @@ def traced(fn, *args) -> dict:
 
 
 def agent_for(profile: str, name: str, data):
+    from ttt.checkpoint import backbone_config, init_state, load_checkpoint, read_meta, sampler_config
     from ttt.presets import get_agent, make_configs
-    from ttt.pretrain import backbone_config, init_state, load_checkpoint, read_meta, sampler_config
 
     if profile == "cpu":
         meta = read_meta(_ckpt(name))

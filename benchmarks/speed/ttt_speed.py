@@ -69,8 +69,8 @@ def _ckpt(agent: str, dataset: str = NAV) -> str:
 def _load(agent: str, dataset: str = NAV):
     import jax
 
+    from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
     from ttt.data.files import load
-    from ttt.pretrain import backbone_config, load_checkpoint, read_meta, sampler_config
 
     meta = read_meta(_ckpt(agent, dataset))
     states, meta = load_checkpoint(_ckpt(agent, dataset), meta)
