@@ -188,6 +188,11 @@ def test_cli_import_eval_and_export(data_dir, tmp_path, capsys):
     rc, so, err = run(["export", "ogbench", str(out), "--out", str(back), "--seed", "0"], capsys)
     assert rc == 0, err
     assert back.read_bytes() == pkl.read_bytes()  # import then export gives the same file back
+    flags.write_text(json.dumps({"env_name": "pointmaze-large-navigate-v0", "agent": {"alpha": 0.003}}))
+    argv[argv.index("--out") + 1] = str(tmp_path / "other")
+    rc, _, err = run(argv, capsys)
+    assert rc == 2 and "env_name 'pointmaze-large-navigate-v0'" in one_line_error(err)
+    assert not (tmp_path / "other").exists()
     rc, _, err = run(["export", "ogbench", str(out), "--out", str(back), "--seed", "2"], capsys)
     assert rc == 2 and "--seed must be in [0, 2)" in one_line_error(err)
     rc, _, err = run(["import", "ogbench", str(pkl), "--agent", "gciql", "--dataset", STITCH, "--out", str(out),

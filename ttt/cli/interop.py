@@ -36,7 +36,7 @@ def import_ogbench(pkls, agent, dataset, out, directory, flags_file, sets, refer
     unpickler: nothing in it runs."""
     from ttt.interop import import_checkpoint
 
-    settings = _flags(flags_file) if flags_file else {}
+    settings = _flags(flags_file, dataset) if flags_file else {}
     settings.update(parse_json_sets(sets))
     ck = import_checkpoint(list(pkls), agent, dataset, out, settings=settings, data_dir=directory,
                            reference=reference)  # fmt: skip
@@ -46,7 +46,7 @@ def import_ogbench(pkls, agent, dataset, out, directory, flags_file, sets, refer
                f"on {dataset} at update {ck.meta['step']} -> {out}")  # fmt: skip
 
 
-def _flags(path: str) -> dict:
+def _flags(path: str, dataset: str) -> dict:
     try:
         doc = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -55,6 +55,10 @@ def _flags(path: str) -> dict:
         raise TttError(f"--flags {path}: not a readable JSON file ({e})") from None
     if not isinstance(doc, dict):
         raise TttError(f"--flags {path}: expected a JSON object (the reference's flags.json)")
+    env_name = doc.get("env_name")
+    if isinstance(env_name, str) and env_name != dataset:
+        raise TttError(f"--flags {path}: the run trained on env_name {env_name!r}, not --dataset {dataset!r}; name "
+                       "the dataset it trained on")  # fmt: skip
     agent = doc.get("agent", doc)
     if not isinstance(agent, dict):
         raise TttError(f"--flags {path}: its 'agent' entry is not an object")
