@@ -228,9 +228,7 @@ def _widths(mlp: Any, where: str, name: str) -> tuple[tuple[int, ...], int, bool
 def infer_sizes(agent: str, params: ShapeTree, where: str) -> dict[str, Any]:
     """The config fields the parameter shapes determine (hidden dims, layer norm, const std, latent size), plus
     `obs_dim` / `action_dim`; networks whose widths must agree and do not are one line naming both."""
-    m = lambda name: params.get(f"modules_{name}")  # noqa: E731
-    actor_key = "actor"
-    actor = m(actor_key)
+    actor = params.get("modules_actor")
     if not isinstance(actor, dict) or "actor_net" not in actor:
         raise TttError(f"{where}: modules_actor is not OGBench's GCActor (no actor_net)")
     actor_dims, actor_in, _ = _widths(actor["actor_net"], where, "modules_actor/actor_net")
@@ -256,7 +254,7 @@ def infer_sizes(agent: str, params: ShapeTree, where: str) -> dict[str, Any]:
         out.update(value_hidden_dims=p_dims[:-1], latent_dim=p_dims[-1], layer_norm=p_ln)
         if p_in != out["obs_dim"]:
             raise TttError(f"{where}: the value's input width {p_in} is not the observation size {out['obs_dim']}")
-        dyn = m("dynamics")
+        dyn = params.get("modules_dynamics")
         if dyn is not None:
             d_dims, _, d_ln = _widths(dyn, where, "modules_dynamics")
             if d_dims != p_dims or d_ln != p_ln:
@@ -342,7 +340,7 @@ def _check_unsupported(settings: dict[str, Any]) -> None:
               "share_goal_rep": (False, "SAW with separate actor and value goal representations only"),
               "quasimetric_type": ("iqe", "QRL with the IQE quasimetric only")}  # fmt: skip
     for k, (ok, what) in checks.items():
-        if k in settings and settings[k] not in (ok, None if ok is None else ok):
+        if k in settings and settings[k] not in (ok, None):
             raise TttError(f"{k}={settings[k]!r} is not supported: ttt imports {what}")
 
 

@@ -71,7 +71,7 @@ def first_difference(mine_obs: np.ndarray, theirs_obs: np.ndarray, mine_act: np.
     """Where two paths of one episode part: `ttt`'s `observations[t]` is the observation AFTER action t, the
     published trajectory's `observation[t]` the one before it, so `ttt`'s t pairs with their t + 1. The first step
     whose observation (or action) differs by more than `tol`, and the largest gap."""
-    n = min(len(mine_obs), len(theirs_obs) - 1 + 1, len(theirs_act))
+    n = min(len(mine_obs), len(theirs_obs), len(theirs_act))
     d = theirs_obs.shape[1]
     obs_gap = np.abs(mine_obs[: n - 1, :d] - theirs_obs[1:n]).max(axis=-1) if n > 1 else np.zeros(0)
     act_gap = np.abs(mine_act[:n] - theirs_act[:n]).max(axis=-1)
