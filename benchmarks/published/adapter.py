@@ -416,6 +416,14 @@ class Published:
                 "patches": len(SPEEDUPS) if self.fast else 0}  # 3 since the plotting patch (26 Nov, session 22)
 
 
+def _dataset_digest(args) -> str | None:
+    meta = Path(args.data_dir) / f"{args.dataset}.json"
+    try:
+        return json.loads(meta.read_text()).get("sha256_arrays")
+    except (OSError, ValueError):
+        return None
+
+
 def write_record(path: Path, args, variant: str, cfg: dict, done: list[dict], pre: list[dict]) -> dict:
     """The row's record: the largest finished (seeds, tasks, k) block as `success`, every episode in `episodes_run`."""
     import numpy as np
@@ -434,6 +442,8 @@ def write_record(path: Path, args, variant: str, cfg: dict, done: list[dict], pr
         "source": "published",
         "code": f"github.com/{REPO}",
         "revision": REVISION,
+        # the data's digest as `ttt data generate` wrote it beside the file (NAME.json), to pair records by digest
+        "dataset_sha256_arrays": _dataset_digest(args),
         "label": LABEL[variant],
         "dataset": args.dataset,
         "agent": "gciql",

@@ -175,6 +175,16 @@ def _env_id(dataset: str) -> str:
     return get_spec(dataset).env_id
 
 
+def _arrays_digest(args) -> str | None:
+    """The generated data's digest as NAME.json holds it (what the published code's records name)."""
+    from ttt.data.files import resolve_dir
+
+    try:
+        return json.loads((resolve_dir(args.dir) / f"{args.dataset}.json").read_text()).get("sha256_arrays")
+    except (OSError, ValueError):
+        return None
+
+
 def write_record(args, variant: str, done: dict, ck, digests) -> None:
     eps = pair(args, variant, done)
     per_seed = [float(np.mean([d["success"] for d in eps if d["seed"] == s])) for s in args.seeds]
@@ -194,6 +204,7 @@ def write_record(args, variant: str, done: dict, ck, digests) -> None:
         per_seed=per_seed, mean=float(np.mean(per_seed)),
         se=float(np.std(per_seed, ddof=1) / math.sqrt(len(per_seed))) if len(per_seed) > 1 else None,
         checkpoint_sha256=ck.digest, source_pickles=digests, dataset_hash=ck.meta["dataset_hash"],
+        dataset_sha256_arrays=_arrays_digest(args),
         agreement=both, episodes_run=eps, command=" ".join(sys.argv),
     )  # fmt: skip
     atomic_write_json(args.out / f"{args.dataset}__ttt-on-published__{variant}__{args.steps}.json", rec)
