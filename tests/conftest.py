@@ -94,7 +94,7 @@ def _release_compiled_programs():
     _PEAK["before_release"] = max(_PEAK["before_release"], _mappings())
     import jax
 
-    evaluate = sys.modules.get("ttt.evaluate")
+    evaluate = sys.modules.get("ttt.evaluation")
     if evaluate is not None:
         evaluate._PROGRAMS.clear()
     jax.clear_caches()

@@ -19,7 +19,7 @@ from helpers import pretrain_argv
 import ttt
 from ttt.cli import main
 from ttt.data import generate as gen
-from ttt.evaluate import evaluate
+from ttt.evaluation import evaluate
 
 NAV = "pointmaze-medium-navigate-v0"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -50,7 +50,7 @@ def test_public_names_resolve_and_import_ttt_starts_no_jax():
     for face in (ttt, ttt.data, ttt.envs):
         for name in face.__all__:
             assert getattr(face, name) is not None, f"{face.__name__}.{name}"
-    assert ttt.evaluate.evaluate is evaluate and ttt.TttError is ttt.errors.TttError
+    assert ttt.evaluate is evaluate and callable(ttt.evaluate) and ttt.TttError is ttt.errors.TttError
     code = ("import sys, ttt, ttt.data, ttt.envs.gym, ttt.cli; ttt.TttError; ttt.data.get_spec\n"
             "assert 'jax' not in sys.modules, 'imported JAX'")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, cwd=README.parent)

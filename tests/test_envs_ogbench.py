@@ -224,7 +224,7 @@ def test_cube_gc_ttt_episodes_compiled_equal_host():
     to float error (the actions come from different XLA programs)."""
     from ttt.data.specs import get_spec
     from ttt.episode import TTTConfig
-    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.evaluation import EvalSetup, evaluate
     from ttt.finetune import FinetuneConfig
     from ttt.presets import make_configs
     from ttt.pretrain import init_state

@@ -198,7 +198,7 @@ SHARD_SCRIPT = textwrap.dedent(
     import jax, numpy as np
     sys.path.insert(0, {tests!r})
     import test_episode as t
-    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.evaluation import EvalSetup, evaluate
     setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     out = []
     # (devices, batch): 3 does not divide over 2 devices, so the bound rounds down to 2 (12 = six calls of 2 elements).
@@ -245,7 +245,7 @@ DIST_SCRIPT = textwrap.dedent(
         jax.distributed.initialize(coordinator_address=f"localhost:{{port}}", num_processes=n, process_id=pid)
     sys.path.insert(0, {tests!r})
     import test_episode as t
-    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.evaluation import EvalSetup, evaluate
     setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     # batch 4: the 1-device program of the two-device test (the compilation cache has it); padding: that test's (2, 3)
     res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, batch_size=4)

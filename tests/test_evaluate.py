@@ -17,7 +17,7 @@ from ttt.data import generate as gen
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.episode import TTTConfig
-from ttt.evaluate import EvalSetup, call_size, evaluate
+from ttt.evaluation import EvalSetup, call_size, evaluate
 from ttt.finetune import FinetuneConfig
 from ttt.presets import make_configs
 from ttt.pretrain import init_state

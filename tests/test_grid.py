@@ -15,7 +15,7 @@ from test_episode import CFG, DATA, ENV, SAMPLER, SPEC, L, agents
 from ttt import select
 from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
-from ttt.evaluate import EvalSetup, evaluate
+from ttt.evaluation import EvalSetup, evaluate
 from ttt.finetune import FinetuneConfig
 from ttt.select import SelectConfig, Selection
 

@@ -285,7 +285,7 @@ def stitch(tmp_path_factory):
 def test_host_driver_and_evaluate_carry_the_cache(stitch):
     """Through `ttt.evaluate`: the compiled program with the lazy pass equals the full pass exactly, and the host
     driver (OGBench's gymnasium env, the round functions' tables carried by `run_host`) makes its selections."""
-    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.evaluation import EvalSetup, evaluate
 
     spec = get_spec(STITCH)
     cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16, 16), "value_hidden_dims": (16, 16),

@@ -299,7 +299,7 @@ def test_numbers_that_agree_with_each_other():
 
 
 def test_ttgs_says_its_cost_before_it_starts(tiny):
-    from ttt.evaluate import ttgs_cost_note
+    from ttt.evaluation import ttgs_cost_note
 
     setup = ttt.load_run(tiny / "ck", data_dir=tiny / "data", variant="ttgs")[0]
     note = ttgs_cost_note(setup, 3)
@@ -309,7 +309,7 @@ def test_ttgs_says_its_cost_before_it_starts(tiny):
 
 
 def test_python_evaluate_progress_line(capsys):
-    from ttt.evaluate import _terminal_progress
+    from ttt.evaluation import _terminal_progress
 
     show = _terminal_progress()
     show(0, 4)

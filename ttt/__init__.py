@@ -3,13 +3,12 @@
 The public API, each name once (imported on first use, so that `import ttt` and the command line start fast):
 
     import ttt
-    from ttt.evaluate import evaluate
 
     setup, agents, data, env = ttt.load_run("runs/gcbc", data_dir="data", variant="ttt")
-    result = evaluate(setup, agents, data, episodes=10, tasks=(1, 2), env=env)
+    result = ttt.evaluate(setup, agents, data, episodes=10, tasks=(1, 2), env=env)
 
-Modules whose main function has the module's name stay modules: `ttt.evaluate.evaluate`, `ttt.pretrain.pretrain`,
-`ttt.select.select`, `ttt.finetune`, `ttt.episode`.
+`ttt.evaluate` is the batch evaluation function (its module is `ttt.evaluation`). Modules whose main function has the
+module's name stay modules: `ttt.pretrain.pretrain`, `ttt.select.select`, `ttt.finetune`, `ttt.episode`.
 """
 
 from __future__ import annotations
@@ -24,9 +23,10 @@ _EXPORTS = {
     "load_run": "ttt.setups",
     "make_setup": "ttt.setups",
     "VARIANTS": "ttt.setups",
-    "EvalSetup": "ttt.evaluate",
-    "EvalResult": "ttt.evaluate",
-    "run_episode": "ttt.evaluate",
+    "evaluate": "ttt.evaluation",
+    "EvalSetup": "ttt.evaluation",
+    "EvalResult": "ttt.evaluation",
+    "run_episode": "ttt.evaluation",
     # the GC-TTT pieces
     "TTTConfig": "ttt.episode",
     "Transforms": "ttt.episode",
@@ -84,9 +84,10 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from ttt.episode import make_episodes as make_episodes
     from ttt.episode import make_round_fns as make_round_fns
     from ttt.errors import TttError as TttError
-    from ttt.evaluate import EvalResult as EvalResult
-    from ttt.evaluate import EvalSetup as EvalSetup
-    from ttt.evaluate import run_episode as run_episode
+    from ttt.evaluation import EvalResult as EvalResult
+    from ttt.evaluation import EvalSetup as EvalSetup
+    from ttt.evaluation import evaluate as evaluate
+    from ttt.evaluation import run_episode as run_episode
     from ttt.finetune import FinetuneConfig as FinetuneConfig
     from ttt.finetune import make_finetune as make_finetune
     from ttt.interop import export_checkpoint as export_checkpoint

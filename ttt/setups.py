@@ -4,10 +4,9 @@ by `load_run`, `ttt eval` and the pipeline's evaluation stage); `load_run` loads
 environment in one call.
 
     import ttt
-    from ttt.evaluate import evaluate
 
     setup, agents, data, env = ttt.load_run("runs/gcbc", data_dir="data", variant="ttt", K=100, N=50)
-    result = evaluate(setup, agents, data, episodes=10, tasks=(1, 2), env=env)
+    result = ttt.evaluate(setup, agents, data, episodes=10, tasks=(1, 2), env=env)
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from ttt.envs import has_jax_env, make_env
 from ttt.envs.gym import max_episode_steps
 from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
-from ttt.evaluate import EvalSetup
+from ttt.evaluation import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.graph import TTGSConfig, published_tau_threshold
 from ttt.select import IGNORED_BY_RULE, SelectConfig
@@ -366,7 +365,7 @@ def load_run(
     **Returns** `setup` (`EvalSetup`, its backbone and configs read from the checkpoint), `agents` (seed-stacked:
     every array has a leading seed axis), `data` (the `Dataset`, checked against the checkpoint's data hash) and
     `env` (the in-program `Env`, or None where the environment runs on the host driver). Then
-    `from ttt.evaluate import evaluate; evaluate(setup, agents, data, episodes=..., tasks=..., env=env)`.
+    `ttt.evaluate(setup, agents, data, episodes=..., tasks=..., env=env)`.
 
     A setting that is not one of `make_setup`'s, or that the variant's selection rule does not read (`q` under
     rule 'episodes', ...: `ttt.select.IGNORED_BY_RULE`), raises `TttError` naming it and the valid ones.
@@ -377,7 +376,7 @@ def load_run(
                              transforms=transforms, **settings)  # fmt: skip
     dataset, spec = setup.spec.name, setup.spec
     check_read_by_rule(setup, settings)
-    from ttt.evaluate import check_eval_memory
+    from ttt.evaluation import check_eval_memory
 
     check_eval_memory(setup, 1)  # one episode's fine-tuning batches or TTGS graph, before loading anything
     if settings.get("rule") is not None and setup.ttt is not None and setup.ttt.select.rule_used != settings["rule"]:

@@ -69,7 +69,7 @@ def rerun_final_obs(record: dict) -> np.ndarray:
     checkpoint, as the pipeline ran them (one `evaluate` call per task, the record's eval seed and chunk; a base
     episode is deterministic, and the success must match the record's, which is checked)."""
     import ttt
-    from ttt.evaluate import evaluate
+    from ttt.evaluation import evaluate
     from ttt.pipeline.keys import resolve_checkpoint
 
     run = record["run"]

@@ -33,7 +33,7 @@ import numpy as np
 
 import ttt
 from ttt.episode import default_hparams, make_round_fns, round_keys
-from ttt.evaluate import episode_batch
+from ttt.evaluation import episode_batch
 from ttt.finetune import make_finetune, make_ttt_step
 from ttt.select import Context, round_weights
 

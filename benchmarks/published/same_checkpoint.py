@@ -11,7 +11,7 @@ records of the same episodes (benchmarks/published/README.md, issue 60).
 Episode `e` of task `t` under seed `s` starts where the published adapter's does: the environment reset with
 `10000 s + 100 t + e`, NumPy's global generator and the action space seeded with it, then the task's reset (OGBench's
 maze draws the start's and the goal's noise from NumPy's generator). `ttt` runs the episode from that start and
-goal with `ttt.evaluate.run_episode` (its compiled program, its in-program environment). Settings: the published
+goal with `ttt.evaluation.run_episode` (its compiled program, its in-program environment). Settings: the published
 run's (rule `episodes`, N 100, K 100, lr 3e-4, fine-tuning batch 1024, the pre-training Adam state: `reuse_adam`).
 
 Per episode the record holds both sides' success and steps and, where the published trajectory was saved
@@ -33,7 +33,7 @@ import numpy as np
 
 from ttt.checkpoint import open_checkpoint
 from ttt.envs.gym import make_gym_env
-from ttt.evaluate import run_episode
+from ttt.evaluation import run_episode
 from ttt.interop import import_checkpoint
 from ttt.setups import load_run
 from ttt.storage import atomic_write_json, dumps

@@ -114,7 +114,7 @@ def cases(root: Path, data: Path, ck: Path) -> list[tuple[str, str, str, object]
     import numpy as np
 
     import ttt
-    from ttt.evaluate import evaluate
+    from ttt.evaluation import evaluate
 
     E = ["eval", str(ck), "--dir", str(data), "--episodes", "1", "--tasks", "1"]  # noqa: N806
     ev = lambda *a: (lambda: cli([*E, *a]))  # noqa: E731

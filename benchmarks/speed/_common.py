@@ -17,7 +17,7 @@ from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.envs.gym import make_gym_env as make_env
 from ttt.episode import TTTConfig, make_act, round_keys
-from ttt.evaluate import EvalSetup, episode_batch
+from ttt.evaluation import EvalSetup, episode_batch
 from ttt.finetune import FinetuneConfig, make_ttt_step
 from ttt.select import SelectConfig, select_round
 

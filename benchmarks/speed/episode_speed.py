@@ -41,7 +41,7 @@ from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.envs.gym import max_episode_steps
 from ttt.episode import TTTConfig
-from ttt.evaluate import EvalSetup, evaluate
+from ttt.evaluation import EvalSetup, evaluate
 from ttt.finetune import FinetuneConfig
 from ttt.select import SelectConfig
 

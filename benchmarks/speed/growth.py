@@ -136,7 +136,7 @@ def adapt_sweep(Ns, widths, repeats) -> dict:
 def k_sweep(Ks, meta, states) -> list[dict]:
     from ttt.data.files import load
     from ttt.envs import make_env
-    from ttt.evaluate import episode_batch
+    from ttt.evaluation import episode_batch
 
     data = load(NAV)
     env = make_env(get_spec(NAV).env_id)

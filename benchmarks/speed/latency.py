@@ -41,7 +41,7 @@ from ttt.agents import get_backbone  # noqa: E402
 from ttt.data.files import load  # noqa: E402
 from ttt.data.specs import get_spec  # noqa: E402
 from ttt.episode import TTTConfig, make_round_fns  # noqa: E402
-from ttt.evaluate import EvalSetup  # noqa: E402
+from ttt.evaluation import EvalSetup  # noqa: E402
 from ttt.finetune import FinetuneConfig, make_ttt_step  # noqa: E402
 from ttt.presets import get_agent, make_configs  # noqa: E402
 from ttt.pretrain import init_state  # noqa: E402

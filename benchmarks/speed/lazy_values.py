@@ -44,7 +44,7 @@ def row(dataset: str, cap: float, episodes: int) -> dict:
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.episode import TTTConfig, value_pass_rows
-    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.evaluation import EvalSetup, evaluate
     from ttt.finetune import FinetuneConfig
     from ttt.select import SelectConfig
 

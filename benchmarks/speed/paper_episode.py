@@ -58,7 +58,7 @@ def main() -> int:
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.episode import TTTConfig, make_round_fns
-    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.evaluation import EvalSetup, evaluate
     from ttt.finetune import FinetuneConfig, make_finetune
     from ttt.presets import get_agent, make_configs
     from ttt.pretrain import init_state

@@ -36,7 +36,7 @@ WORKER = textwrap.dedent(
         jax.distributed.initialize(coordinator_address=f"localhost:{{port}}", num_processes=nproc, process_id=pid)
     sys.path.insert(0, {bench!r})
     from _common import load_all, make_setup
-    from ttt.evaluate import evaluate
+    from ttt.evaluation import evaluate
     meta, states, data = load_all({ckpt!r})
     setup = make_setup(meta, {variant!r})
     kw = dict(episodes={episodes}, seed=0)

@@ -33,7 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import CKPT, PaperLoop, episode_inputs, load_all, machine, make_setup, seed0  # noqa: E402
 
-from ttt.evaluate import make_compiled, make_host_fns, run_host  # noqa: E402
+from ttt.evaluation import make_compiled, make_host_fns, run_host  # noqa: E402
 
 
 def compiled(setup, agents, data, env, eb, n_seeds):

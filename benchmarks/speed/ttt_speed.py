@@ -143,7 +143,7 @@ def _setup(meta, cfg, sampler, mode: str, rule: str, bucket):
 
     from ttt.data.specs import get_spec
     from ttt.episode import TTTConfig
-    from ttt.evaluate import EvalSetup
+    from ttt.evaluation import EvalSetup
     from ttt.finetune import FinetuneConfig
     from ttt.select import SelectConfig
 
@@ -156,7 +156,7 @@ def _setup(meta, cfg, sampler, mode: str, rule: str, bucket):
 def w_batched(batch: int) -> dict:
     import jax
 
-    from ttt.evaluate import evaluate
+    from ttt.evaluation import evaluate
 
     meta, states, data, cfg, sampler, _ = _load("gcbc")
     setup = _setup(meta, cfg, sampler, "mc", "paper", "default")
@@ -171,7 +171,7 @@ def w_batched(batch: int) -> dict:
 
 
 def w_row(episodes: int) -> dict:
-    from ttt.evaluate import evaluate
+    from ttt.evaluation import evaluate
 
     meta, states, data, cfg, sampler, _ = _load("gcbc")
     setup = _setup(meta, cfg, sampler, "critic", "episodes", "default")
@@ -190,7 +190,7 @@ def _critic_setup(dataset: str, **ttt_kw):
     """GC-BC cpu checkpoint of `dataset`, and the critic setup (rule episodes, K 100, N 100, lr 3e-4)."""
     from ttt.data.specs import get_spec
     from ttt.episode import TTTConfig
-    from ttt.evaluate import EvalSetup
+    from ttt.evaluation import EvalSetup
     from ttt.finetune import FinetuneConfig
     from ttt.select import SelectConfig
 
@@ -206,7 +206,7 @@ def w_episode(short: str) -> dict:
 
     import numpy as np
 
-    from ttt.evaluate import evaluate
+    from ttt.evaluation import evaluate
 
     meta, states, data, setup = _critic_setup(DATASETS[short])
     agents = jax_first(states.agent)
@@ -254,7 +254,7 @@ def w_breakdown(short: str) -> dict:
     from ttt.agents import get_backbone
     from ttt.envs.pointmaze import _maze_info
     from ttt.episode import make_round_fns
-    from ttt.evaluate import EvalSetup, evaluate
+    from ttt.evaluation import EvalSetup, evaluate
     from ttt.finetune import FinetuneConfig, make_finetune
     from ttt.select import Context, round_weights
 

@@ -1,5 +1,5 @@
 """`ttt eval`: evaluate a checkpoint, base policy and GC-TTT variants (`ttt.setups.checkpoint_setup`,
-`ttt.evaluate.evaluate`); `--json` keeps each finished variant, keyed by content, so a rerun resumes."""
+`ttt.evaluate`); `--json` keeps each finished variant, keyed by content, so a rerun resumes."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def eval_cmd(
     from ttt.checkpoint import check_compatible, dataset_hash, load_checkpoint, read_meta
     from ttt.data.specs import get_spec
     from ttt.envs import NO_MJX, has_jax_env
-    from ttt.evaluate import evaluate
+    from ttt.evaluation import evaluate
     from ttt.setups import VARIANTS
 
     meta = read_meta(checkpoint)
@@ -208,7 +208,7 @@ def eval_cmd(
         for name in names
     }  # fmt: skip
     _refuse_unread(setups, option)
-    from ttt.evaluate import check_eval_memory
+    from ttt.evaluation import check_eval_memory
 
     for setup in setups.values():  # before any loading: the results, and one call's batches or graphs
         check_eval_memory(setup, meta["seeds"] * len(task_ids) * episodes, chunk)
@@ -261,7 +261,7 @@ def eval_cmd(
             click.echo(f"{name}: kept from {json_out} (same checkpoint and settings)")
             _echo_variant(name, prev, meta, dataset, task_ids, episodes, driver)
             continue
-        from ttt.evaluate import ttgs_cost_note
+        from ttt.evaluation import ttgs_cost_note
 
         note = ttgs_cost_note(setup, meta["seeds"] * len(task_ids) * episodes)
         if note:

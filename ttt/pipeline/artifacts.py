@@ -11,7 +11,7 @@ import numpy as np
 from ttt.envs.gym import make_gym_env
 from ttt.envs.oracle import has_oracle, maze_oracle
 from ttt.episode import make_round_fns, round_keys
-from ttt.evaluate import episode_batch
+from ttt.evaluation import episode_batch
 from ttt.select import round_spans
 from ttt.storage import atomic_save_npz
 

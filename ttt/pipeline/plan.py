@@ -28,7 +28,7 @@ from ttt.envs import has_jax_env
 from ttt.envs.gym import max_episode_steps
 from ttt.episode import Transforms
 from ttt.errors import TttError
-from ttt.evaluate import EvalSetup, check_eval_memory
+from ttt.evaluation import EvalSetup, check_eval_memory
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.pipeline.config import CRITIC_VARIANTS, Pipeline, effective_rule
 from ttt.pipeline.keys import cache_root, data_dir, eval_settings
@@ -193,7 +193,7 @@ def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, w
 
 
 def eval_bytes_of(n: int, max_steps: int, spec: DatasetSpec) -> int:
-    """The host memory the results of `n` episodes take (`ttt.evaluate.eval_bytes`), before any setup exists."""
+    """The host memory the results of `n` episodes take (`ttt.evaluation.eval_bytes`), before any setup exists."""
     return 2 * n * max_steps * spec.ob_dim * 4
 
 

@@ -21,7 +21,7 @@ from ttt.data.files import load
 from ttt.data.generate import generate as gen
 from ttt.envs import make_env
 from ttt.errors import TttError
-from ttt.evaluate import evaluate, ttgs_cost_note
+from ttt.evaluation import evaluate, ttgs_cost_note
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, checkpoint_ref, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
