@@ -21,6 +21,8 @@ from ttt.agents import BACKBONES, gcbc, gciql, get_backbone, qrl
 from ttt.data.batch import Batch
 from ttt.errors import TttError
 
+GCBC = get_backbone("gcbc")
+
 OBS, ACT, B = 3, 2, 6
 H = (8, 8)
 KEY = jax.random.key(0)
@@ -517,5 +519,5 @@ def test_giant_mazes_train_and_select_with_ogbench_discount():
     assert make_configs("gciql", giant, "cpu", {"discount": 0.98})[0].discount == 0.98  # the user's value wins
     cfg, sampler = make_configs("gcbc", giant, "cpu")
     for c, gamma in ((cfg, 0.995), (make_configs("gcbc", medium, "cpu")[0], 0.99)):
-        setup = make_setup("ttt", "gcbc", c, sampler, giant, 1000)
+        setup = make_setup("ttt", GCBC, c, sampler, giant, 1000)
         assert setup.ttt.select.gamma == gamma

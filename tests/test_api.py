@@ -17,9 +17,13 @@ import pytest
 from helpers import pretrain_argv
 
 import ttt
+from ttt.agents import get_backbone
 from ttt.cli import main
 from ttt.data import generate as gen
 from ttt.evaluation import evaluate
+
+GCBC = get_backbone("gcbc")
+QRL = get_backbone("qrl")
 
 NAV = "pointmaze-medium-navigate-v0"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -140,8 +144,8 @@ def test_task_ids_outside_1_to_5_are_refused(loaded, tasks):
 
 def test_agents_of_another_backbone_are_refused(loaded):
     setup, agents, data, env = loaded
-    qrl = ttt.get_backbone("qrl")
-    other = ttt.make_setup("base", "qrl", qrl.Config(), setup.sampler, setup.spec, setup.max_steps)
+    qrl = ttt.QRL
+    other = ttt.make_setup("base", QRL, qrl.Config(), setup.sampler, setup.spec, setup.max_steps)
     with pytest.raises(ttt.TttError, match=r"^agents: got ttt\.agents\.gcbc\.Agent, but the setup's backbone is qrl"):
         evaluate(other, agents, data, episodes=1, tasks=(1,), env=env)
     wider = dataclasses.replace(setup, cfg=dataclasses.replace(setup.cfg, actor_hidden_dims=(16, 16)))
@@ -205,14 +209,14 @@ def test_an_episode_from_a_start_and_goal_of_ones_own(loaded):
 def test_act_needs_no_key_at_temperature_zero(loaded):
     _, agents, data, _ = loaded
     agent = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, agents)
-    act = ttt.make_act("gcbc")
+    act = ttt.make_act(GCBC)
     obs, goal = data.observations[0], data.observations[5]
     np.testing.assert_array_equal(act(agent, obs, goal), act(agent, obs, goal, jax.random.key(3)))
 
 
 def test_make_setup_names_a_bad_setting(loaded):
     setup, *_ = loaded
-    args = ("ttt-mc", "gcbc", setup.cfg, setup.sampler, setup.spec, 1000)
+    args = ("ttt-mc", GCBC, setup.cfg, setup.sampler, setup.spec, 1000)
     with pytest.raises(ttt.TttError, match=r"^q \(fraction of relevant sub-trajectories kept\) must be in \(0, 1\]"):
         ttt.make_setup(*args, q=0.0)
     with pytest.raises(ttt.TttError, match=r"^K must be in \[1, 1000\]"):

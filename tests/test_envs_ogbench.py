@@ -14,10 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ttt.agents import get_backbone
 from ttt.envs import AntMaze, CubeSingle, make_env
 from ttt.envs import antmaze as ant_mod
 from ttt.envs import cube as cube_mod
 from ttt.envs.gym import make_gym_env
+
+GCBC = get_backbone("gcbc")
 
 ANT = "antmaze-medium-v0"
 CUBE = "cube-single-v0"
@@ -236,9 +239,9 @@ def test_cube_gc_ttt_episodes_compiled_equal_host():
     cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16,), "value_hidden_dims": (16,),
                                                       "batch_size": 16})  # fmt: skip
     ttt = TTTConfig(K=10, select=SelectConfig(q=0.5, mode="mc", eps_rel=3.0), finetune=FinetuneConfig(steps=2, lr=1e-3))
-    setup = EvalSetup("gcbc", cfg, sampler, spec, ttt, max_steps=20)
+    setup = EvalSetup(GCBC, cfg, sampler, spec, ttt, max_steps=20)
     keys = jax.random.split(jax.random.key(0), 2)
-    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 28, 5, cfg).agent))(keys)
+    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, GCBC, 28, 5, cfg).agent))(keys)
     kw = dict(episodes=1, tasks=(1, 4), seed=0)
     comp = evaluate(setup, ag, data, driver="compiled", **kw)
     host = evaluate(setup, ag, data, driver="host", **kw)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from helpers import assert_same_values
 
+from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint
@@ -25,6 +26,8 @@ from ttt.finetune import FinetuneConfig
 from ttt.presets import make_configs
 from ttt.pretrain import init_state
 from ttt.select import SelectConfig
+
+GCBC = get_backbone("gcbc")
 
 NAV = "pointmaze-medium-navigate-v0"
 SPEC = get_spec(NAV)  # pointmaze goal coordinates (obs[:2]) and threshold 1.0
@@ -59,7 +62,7 @@ def ttt_cfg(mode="critic", **sel):
 
 @eqx.filter_jit  # one compile instead of one per operation of the initialisation
 def _init_agents(keys):
-    return eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, CFG).agent)(keys)
+    return eqx.filter_vmap(lambda k: init_state(k, GCBC, 2, 2, CFG).agent)(keys)
 
 
 def agents(n):
@@ -80,8 +83,8 @@ def test_batch_equals_single_episodes(mode, rule):
     each episode run alone. Both value modes, two of the three rules; the third rule ("episodes") and the two
     other mode-rule pairs run batched in the live-bucket test below."""
     ttt = ttt_cfg(mode, rule=rule)
-    episodes = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))
-    episode = eqx.filter_jit(make_episode("gcbc", CFG, SAMPLER, SPEC, ttt, L))
+    episodes = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt, L))
+    episode = eqx.filter_jit(make_episode(GCBC, CFG, SAMPLER, SPEC, ttt, L))
     ag = agents(2)
     rk, tk, tasks = keys_tasks(2)
     out = episodes(ag, None, ENV, DATA, rk, tk, tasks)
@@ -106,7 +109,7 @@ def test_live_buckets_give_the_results_of_the_whole_batch(mode, rule):
     outs = {}
     for bucket in (None, 1, 2):
         ttt = dataclasses.replace(ttt_cfg(mode, rule=rule), bucket=bucket)
-        outs[bucket] = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, env, DATA, rk, tk,
+        outs[bucket] = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt, L))(ag, None, env, DATA, rk, tk,
                                                                                           tasks)  # fmt: skip
     steps = np.asarray(outs[None].steps)
     assert (steps[[1, 3]] == 1).all() and (steps[[0, 2, 4]] > 8).all()  # some end at once, others adapt again
@@ -124,8 +127,8 @@ def test_compiled_episode_equals_python_loop_with_resets():
     ttt = ttt_cfg()
     ag = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, agents(1))
     rk, tk, tasks = keys_tasks(1)
-    out = eqx.filter_jit(make_episode("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk[0], tk[0], tasks[0])
-    prepare, adapt, act = (eqx.filter_jit(f) for f in make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt))
+    out = eqx.filter_jit(make_episode(GCBC, CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk[0], tk[0], tasks[0])
+    prepare, adapt, act = (eqx.filter_jit(f) for f in make_round_fns(GCBC, CFG, SAMPLER, SPEC, ttt))
     state, obs, goal = ENV.reset(rk[0], tasks[0])
     tables = prepare(ag, DATA, goal)
     traj, n_sel = [], []
@@ -148,8 +151,8 @@ def test_empty_selection_is_the_base_policy():
     ttt = ttt_cfg(eps_rel=1e-6)  # nothing is relevant
     ag = agents(2)
     rk, tk, tasks = keys_tasks(2)
-    out = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk, tk, tasks)
-    base = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, None, L))(ag, None, ENV, DATA, rk, tk, tasks)
+    out = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk, tk, tasks)
+    base = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, None, L))(ag, None, ENV, DATA, rk, tk, tasks)
     assert np.asarray(out.rounds["empty"]).all() and (np.asarray(out.rounds["n_rel"]) == 0).all()
     assert_same_values(out.observations, base.observations)
 
@@ -161,7 +164,7 @@ def test_episode_ends_at_the_goal_and_later_rounds_are_idle():
     ttt = ttt_cfg()
     ag = agents(2)
     rk, tk, _ = keys_tasks(2)
-    out = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, env, DATA, rk, tk,
+    out = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt, L))(ag, None, env, DATA, rk, tk,
                                                                              jnp.array([1, 2]))  # fmt: skip
     assert np.asarray(out.success).all() and (np.asarray(out.steps) == 1).all()
     obs = np.asarray(out.observations)
@@ -174,18 +177,18 @@ def test_episode_ends_at_the_goal_and_later_rounds_are_idle():
 
 def test_config_errors():
     with pytest.raises(ValueError, match=r"K must be in \[1, 24\]"):
-        make_episodes("gcbc", CFG, SAMPLER, SPEC, TTTConfig(K=25), L)
+        make_episodes(GCBC, CFG, SAMPLER, SPEC, TTTConfig(K=25), L)
     with pytest.raises(ValueError, match="K must be an int >= 1"):
         TTTConfig(K=0)
     no_critic, sampler = make_configs("gcbc", SPEC, "cpu", {"with_critic": False})
     with pytest.raises(ValueError, match="use select mode 'mc'"):
-        make_episodes("gcbc", no_critic, sampler, SPEC, TTTConfig(K=8), L)
-    make_episodes("gcbc", no_critic, sampler, SPEC, TTTConfig(K=8, select=SelectConfig(mode="mc")), L)
+        make_episodes(GCBC, no_critic, sampler, SPEC, TTTConfig(K=8), L)
+    make_episodes(GCBC, no_critic, sampler, SPEC, TTTConfig(K=8, select=SelectConfig(mode="mc")), L)
 
 
 def test_one_trace_per_configuration():
     episodes = eqx.filter_jit(
-        eqx.debug.assert_max_traces(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(), L), max_traces=1)
+        eqx.debug.assert_max_traces(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt_cfg(), L), max_traces=1)
     )
     for seed in (0, 1):
         rk, tk, tasks = keys_tasks(2)
@@ -199,7 +202,7 @@ SHARD_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import test_episode as t
     from ttt.evaluation import EvalSetup, evaluate
-    setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
+    setup = EvalSetup(GCBC, t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     out = []
     # (devices, batch): 3 does not divide over 2 devices, so the bound rounds down to 2 (12 = six calls of 2 elements).
     for n, b in ((1, 4), (2, 4), (2, 3)):
@@ -246,7 +249,7 @@ DIST_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import test_episode as t
     from ttt.evaluation import EvalSetup, evaluate
-    setup = EvalSetup("gcbc", t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
+    setup = EvalSetup(GCBC, t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     # batch 4: the 1-device program of the two-device test (the compilation cache has it); padding: that test's (2, 3)
     res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, batch_size=4)
     print(json.dumps(dict(processes=jax.process_count(), devices=len(jax.devices()), success=res.success.tolist(),
@@ -306,7 +309,7 @@ def test_a_variant_composes_from_swapped_transforms():
     ttt = ttt_cfg(rule="paper")  # the top-q filter the swapped stages feed
     ag = agents(2)
     rk, tk, tasks = keys_tasks(2)
-    out = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L, custom))(ag, None, ENV, DATA, rk, tk, tasks)
+    out = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt, L, custom))(ag, None, ENV, DATA, rk, tk, tasks)
     n_eligible = int(select.precompute(DATA, jnp.zeros(2), jnp.zeros(DATA.n_rows), ttt.select, 1.0).eligible.sum())
     active = np.asarray(out.rounds["active"])
     assert (np.asarray(out.rounds["n_rel"])[active] == n_eligible).all()
@@ -321,8 +324,8 @@ def test_reset_after_horizon_acts_with_the_pretrained_agent_past_the_longest_spa
     ttt = dataclasses.replace(ttt_cfg("critic", rule="episodes", n_episodes=2), K=L, reset_after_horizon=True)
     ag = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, agents(1))
     rk, tk, tasks = keys_tasks(1)
-    out = eqx.filter_jit(make_episode("gcbc", CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk[0], tk[0], tasks[0])
-    prepare, adapt, act = (eqx.filter_jit(f) for f in make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt))
+    out = eqx.filter_jit(make_episode(GCBC, CFG, SAMPLER, SPEC, ttt, L))(ag, None, ENV, DATA, rk[0], tk[0], tasks[0])
+    prepare, adapt, act = (eqx.filter_jit(f) for f in make_round_fns(GCBC, CFG, SAMPLER, SPEC, ttt))
     state, obs, goal = ENV.reset(rk[0], tasks[0])
     tables = prepare(ag, DATA, goal)
     traj, spans, switched = [], [], 0

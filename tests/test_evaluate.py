@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from helpers import one_line_error, run
 
+from ttt.agents import get_backbone
 from ttt.cli import main
 from ttt.data import generate as gen
 from ttt.data.files import load
@@ -22,6 +23,8 @@ from ttt.finetune import FinetuneConfig
 from ttt.presets import make_configs
 from ttt.pretrain import init_state
 from ttt.select import SelectConfig
+
+GCBC = get_backbone("gcbc")
 
 STITCH = "pointmaze-medium-stitch-v0"
 TINY = ["--set", "actor_hidden_dims=[8,8]", "--set", "value_hidden_dims=[8,8]", "--set", "batch_size=8"]
@@ -36,7 +39,7 @@ def tiny(tmp_path_factory):
 
 def agents(cfg, n=2):
     keys = jax.random.split(jax.random.key(0), n)
-    return eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, cfg).agent))(keys)  # one compile
+    return eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, GCBC, 2, 2, cfg).agent))(keys)  # one compile
 
 
 @pytest.mark.parametrize("mode", ["critic", "mc", None])
@@ -49,7 +52,7 @@ def test_compiled_and_host_driver_agree(tiny, mode):
     if mode:
         ttt = TTTConfig(K=20, select=SelectConfig(q=0.5, mode=mode, h_min=3, eps_rel=3.0),
                         finetune=FinetuneConfig(steps=3, lr=1e-3))  # fmt: skip
-    setup = EvalSetup("gcbc", cfg, sampler, spec, ttt, max_steps=60)
+    setup = EvalSetup(GCBC, cfg, sampler, spec, ttt, max_steps=60)
     ag = agents(cfg)
     kw = dict(episodes=2, tasks=(1, 3), seed=4)
     comp = evaluate(setup, ag, data, driver="compiled", batch_size=4, **kw)
@@ -147,9 +150,9 @@ def test_antmaze_runs_on_both_drivers(tmp_path):
     cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16,), "value_hidden_dims": (16,),
                                                       "batch_size": 16})  # fmt: skip
     ttt = TTTConfig(K=15, select=SelectConfig(q=0.5, mode="mc", eps_rel=3.0), finetune=FinetuneConfig(steps=2, lr=1e-3))
-    setup = EvalSetup("gcbc", cfg, sampler, spec, ttt, max_steps=30)
+    setup = EvalSetup(GCBC, cfg, sampler, spec, ttt, max_steps=30)
     keys = jax.random.split(jax.random.key(0), 1)
-    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 29, 8, cfg).agent))(keys)
+    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, GCBC, 29, 8, cfg).agent))(keys)
     res = evaluate(setup, ag, data, driver="host", episodes=1, tasks=(1, 2), seed=0)
     assert res.observations.shape == (1, 2, 1, 30, 29) and (res.steps == 30).all()
     assert res.rounds["n_selected"].shape[-1] == 2 and (res.rounds["n_selected"] > 0).any()

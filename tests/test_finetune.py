@@ -19,6 +19,9 @@ from ttt.finetune import FinetuneConfig, make_finetune
 from ttt.presets import make_configs
 from ttt.pretrain import init_state
 
+GCBC = get_backbone("gcbc")
+GCIQL = get_backbone("gciql")
+
 NAV = "pointmaze-medium-navigate-v0"
 
 
@@ -94,8 +97,8 @@ def test_saw_with_actor_goal_masks_rows():
 def test_zero_steps_keep_the_agent():
     data = toy_dataset()
     cfg, sampler = tiny()
-    agent = init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent
-    ft = make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=0))
+    agent = init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent
+    ft = make_finetune(GCBC, cfg, sampler, FinetuneConfig(steps=0))
     out, m = ft(agent, None, jax.random.key(1), data, episode_weights(data, 0), jnp.zeros(2))
     assert same(out, agent) and np.isnan(m["loss_first"])
 
@@ -105,14 +108,14 @@ def test_finetune_fits_the_selected_rows_with_goal_g_star():
     episode's action; the loss falls."""
     data = toy_dataset()
     cfg, sampler = tiny(lr=3e-3)
-    agent = init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent
+    agent = init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent
     ep = 3
     rows = np.flatnonzero((np.asarray(data.ep_id) == ep) & np.asarray(data.valid))
     target = np.asarray(data.actions[rows[0]])
     g_star = jnp.array([5.0, 5.0])
-    ft = eqx.filter_jit(make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=150, lr=3e-3)))
+    ft = eqx.filter_jit(make_finetune(GCBC, cfg, sampler, FinetuneConfig(steps=150, lr=3e-3)))
     tuned, m = ft(agent, None, jax.random.key(2), data, episode_weights(data, ep), g_star)
-    backbone = get_backbone("gcbc")
+    backbone = GCBC
     obs = data.observations[rows]
     goals = jnp.broadcast_to(g_star, obs.shape)
     before = np.abs(np.asarray(backbone.act(agent, obs, goals, jax.random.key(0), 0.0)) - target).mean()
@@ -120,22 +123,22 @@ def test_finetune_fits_the_selected_rows_with_goal_g_star():
     assert after < 0.1 < before, (before, after)
     assert float(m["loss_last"]) < float(m["loss_first"])
     assert same(tuned.value, agent.value)  # GC-BC's selection-only critic is not fine-tuned by default
-    assert same(agent, init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent)  # the input is never mutated
+    assert same(agent, init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent)  # the input is never mutated
 
 
 def test_fresh_optimiser_ignores_the_state_and_reuse_uses_it():
     data = toy_dataset()
     cfg, sampler = tiny()
-    state = init_state(jax.random.key(0), "gcbc", 2, 2, cfg)
+    state = init_state(jax.random.key(0), GCBC, 2, 2, cfg)
     w = episode_weights(data, 1)
     g = jnp.array([1.0, 1.0])
-    fresh = eqx.filter_jit(make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=3)))
+    fresh = eqx.filter_jit(make_finetune(GCBC, cfg, sampler, FinetuneConfig(steps=3)))
     a1, _ = fresh(state.agent, None, jax.random.key(5), data, w, g)
     a2, _ = fresh(state.agent, state.opt_state, jax.random.key(5), data, w, g)
     assert same(a1, a2)
     # A pre-training Adam state with large moments changes the reused-state result.
     warm = jax.tree.map(lambda x: x + 1.0 if eqx.is_array(x) and x.dtype == jnp.float32 else x, state.opt_state)
-    reuse = eqx.filter_jit(make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=3, reuse_opt_state=True)))
+    reuse = eqx.filter_jit(make_finetune(GCBC, cfg, sampler, FinetuneConfig(steps=3, reuse_opt_state=True)))
     a3, _ = reuse(state.agent, state.opt_state, jax.random.key(5), data, w, g)
     a4, _ = reuse(state.agent, warm, jax.random.key(5), data, w, g)
     assert not same(a3, a4)
@@ -145,7 +148,7 @@ def test_fresh_optimiser_ignores_the_state_and_reuse_uses_it():
 def test_every_backbone_finetunes_with_one_trace(agent):
     data = toy_dataset()
     cfg, sampler = tiny(agent)
-    name = {"gciql-awr": "gciql"}.get(agent, agent)
+    name = get_backbone({"gciql-awr": "gciql"}.get(agent, agent))
     a0 = init_state(jax.random.key(0), name, 2, 2, cfg).agent
     ft = eqx.filter_jit(
         eqx.debug.assert_max_traces(make_finetune(name, cfg, sampler, FinetuneConfig(steps=2), mix=0.5), max_traces=1)
@@ -159,10 +162,10 @@ def test_gcbc_full_loss_trains_the_critic_and_leaves_the_actor_identical():
     """`full_loss` also fine-tunes GC-BC's critic (and moves its target), which changes no actor parameter."""
     data = toy_dataset()
     cfg, sampler = tiny()
-    agent = init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent
+    agent = init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent
     args = (agent, None, jax.random.key(3), data, episode_weights(data, 2), jnp.array([2.0, -1.0]))
-    short, _ = make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=20))(*args)
-    full, _ = make_finetune("gcbc", cfg, sampler, FinetuneConfig(steps=20, full_loss=True))(*args)
+    short, _ = make_finetune(GCBC, cfg, sampler, FinetuneConfig(steps=20))(*args)
+    full, _ = make_finetune(GCBC, cfg, sampler, FinetuneConfig(steps=20, full_loss=True))(*args)
     assert not same(full.value, agent.value) and not same(full.target_value, agent.target_value)
     for x, y in zip(leaves(short.actor), leaves(full.actor), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
@@ -179,12 +182,12 @@ def test_leaving_frozen_fields_out_of_adam_changes_nothing(agent, reuse):
 
     data = toy_dataset()
     cfg, sampler = tiny(agent)
-    state = init_state(jax.random.key(0), agent, 2, 2, cfg)
     backbone = get_backbone(agent)
+    state = init_state(jax.random.key(0), backbone, 2, 2, cfg)
     tcfg = backbone.ttt_config(cfg)
     assert backbone.frozen(tcfg)  # this backbone has fields to leave out
     ft = FinetuneConfig(steps=1, reuse_opt_state=reuse)
-    ts = make_ttt_step(agent, cfg, sampler, ft)
+    ts = make_ttt_step(backbone, cfg, sampler, ft)
     k = jax.random.key(4)
     batch = ts.draw(k, jax.random.key(5), data, ts.table(episode_weights(data, 1)), jnp.array([1.0, 0.5]))
     full_state = state.opt_state if reuse else optax.adam(ft.lr).init(eqx.filter(state.agent, eqx.is_array))
@@ -227,11 +230,12 @@ def test_actor_only_moves_the_policy_networks_and_nothing_else(agent, actors):
     moves the critic too."""
     data = toy_dataset()
     cfg, sampler = tiny(agent)
-    a0 = _perturbed(init_state(jax.random.key(0), agent, 2, 2, cfg).agent)
-    assert get_backbone(agent).actors == actors
+    backbone = get_backbone(agent)
+    a0 = _perturbed(init_state(jax.random.key(0), backbone, 2, 2, cfg).agent)
+    assert backbone.actors == actors
     args = (a0, None, jax.random.key(3), data, episode_weights(data, 2), jnp.array([2.0, -1.0]))
-    only, _ = make_finetune(agent, cfg, sampler, FinetuneConfig(steps=5, train="actor"))(*args)
-    full, _ = make_finetune(agent, cfg, sampler, FinetuneConfig(steps=5))(*args)
+    only, _ = make_finetune(backbone, cfg, sampler, FinetuneConfig(steps=5, train="actor"))(*args)
+    full, _ = make_finetune(backbone, cfg, sampler, FinetuneConfig(steps=5))(*args)
     for f in dataclasses.fields(a0):
         if f.metadata.get("static", False) or getattr(a0, f.name) is None:
             continue
@@ -250,9 +254,9 @@ def test_actor_only_step_is_adam_on_the_actor_loss_alone():
 
     data = toy_dataset()
     cfg, sampler = tiny("gciql")
-    a0 = _perturbed(init_state(jax.random.key(0), "gciql", 2, 2, cfg).agent)
+    a0 = _perturbed(init_state(jax.random.key(0), GCIQL, 2, 2, cfg).agent)
     ft = FinetuneConfig(steps=1, lr=1e-2, train="actor")
-    ts = make_ttt_step("gciql", cfg, sampler, ft)
+    ts = make_ttt_step(GCIQL, cfg, sampler, ft)
     k = jax.random.key(4)
     batch = ts.draw(k, jax.random.key(5), data, ts.table(episode_weights(data, 1)), jnp.array([1.0, 0.5]))
     got, _, _ = ts.update(a0, ts.init(a0), batch, k)
@@ -278,16 +282,16 @@ def test_finetune_alpha_replaces_the_bc_weight():
 
     data = toy_dataset()
     cfg, sampler = tiny("gciql", alpha=0.003)
-    a0 = init_state(jax.random.key(0), "gciql", 2, 2, cfg).agent
+    a0 = init_state(jax.random.key(0), GCIQL, 2, 2, cfg).agent
     k = jax.random.key(4)
-    ts0 = make_ttt_step("gciql", cfg, sampler, FinetuneConfig(steps=1, train="actor"))
+    ts0 = make_ttt_step(GCIQL, cfg, sampler, FinetuneConfig(steps=1, train="actor"))
     batch = ts0.draw(k, jax.random.key(5), data, ts0.table(episode_weights(data, 1)), jnp.array([1.0, 0.5]))
 
     def term(actor, name, c):
         return gciql.actor_loss(eqx.tree_at(lambda a: a.actor, a0, actor), batch, k, c)[1][name]
 
     def grad_at(alpha):
-        c = finetune_backbone_config("gciql", cfg, FinetuneConfig(train="actor", alpha=alpha))
+        c = finetune_backbone_config(GCIQL, cfg, FinetuneConfig(train="actor", alpha=alpha))
         assert c.alpha == (cfg.alpha if alpha is None else alpha)
         return eqx.filter_grad(lambda actor: gciql.actor_loss(eqx.tree_at(lambda a: a.actor, a0, actor), batch, k,
                                                               c)[0])(a0.actor)  # fmt: skip
@@ -299,11 +303,11 @@ def test_finetune_alpha_replaces_the_bc_weight():
             np.testing.assert_allclose(x, q + alpha * b, rtol=1e-5, atol=1e-6)
     # Through the fine-tuning step itself: alpha 0.003 (the checkpoint's) equals None; a large alpha differs.
     args = (a0, None, jax.random.key(3), data, episode_weights(data, 2), jnp.array([2.0, -1.0]))
-    run = lambda **kw: make_finetune("gciql", cfg, sampler, FinetuneConfig(steps=3, **kw))(*args)[0]  # noqa: E731
+    run = lambda **kw: make_finetune(GCIQL, cfg, sampler, FinetuneConfig(steps=3, **kw))(*args)[0]  # noqa: E731
     assert same(run(alpha=0.003), run()) and not same(run(alpha=3.0).actor, run().actor)
     gcfg, _ = tiny("gcbc")
     with pytest.raises(ValueError, match="gcbc has none"):
-        finetune_backbone_config("gcbc", gcfg, FinetuneConfig(alpha=0.1))
+        finetune_backbone_config(GCBC, gcfg, FinetuneConfig(alpha=0.1))
 
 
 def test_finetune_train_and_alpha_errors():
@@ -322,9 +326,9 @@ def test_make_setup_names_the_fine_tuning_options_in_its_errors():
     cfg, sampler = tiny("gciql")
     spec = get_spec(NAV)
     with pytest.raises(TttError, match=r"--ft-alpha must be a finite number >= 0, got -1"):
-        make_setup("ttt", "gciql", cfg, sampler, spec, 1000, ft_alpha=-1.0, label=lambda n: "--" + n.replace("_", "-"))
+        make_setup("ttt", GCIQL, cfg, sampler, spec, 1000, ft_alpha=-1.0, label=lambda n: "--" + n.replace("_", "-"))
     with pytest.raises(TttError, match=r"ft_train must be one of all, actor, got 'critic'"):
-        make_setup("ttt", "gciql", cfg, sampler, spec, 1000, ft_train="critic")
+        make_setup("ttt", GCIQL, cfg, sampler, spec, 1000, ft_train="critic")
     with pytest.raises(TttError, match="gcbc has none"):
-        make_setup("ttt", "gcbc", *tiny("gcbc"), spec, 1000, ft_alpha=0.3)
-    assert make_setup("ttt", "gciql", cfg, sampler, spec, 1000, ft_alpha=0.3).ttt.finetune.alpha == 0.3
+        make_setup("ttt", GCBC, *tiny("gcbc"), spec, 1000, ft_alpha=0.3)
+    assert make_setup("ttt", GCIQL, cfg, sampler, spec, 1000, ft_alpha=0.3).ttt.finetune.alpha == 0.3

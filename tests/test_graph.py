@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from helpers import assert_same_values
 
+from ttt.agents import get_backbone
 from ttt.graph import (
     FAR_STEPS,
     TTGSConfig,
@@ -20,6 +21,8 @@ from ttt.graph import (
     shortest_to,
     value_steps,
 )
+
+GCBC = get_backbone("gcbc")
 
 INF = np.inf
 
@@ -163,7 +166,7 @@ def _episodes(ttgs, backbone_cfg=None):
 
     from ttt.episode import make_episodes
 
-    run = eqx.filter_jit(make_episodes("gcbc", backbone_cfg or CFG, SAMPLER, SPEC, None, L, ttgs=ttgs))
+    run = eqx.filter_jit(make_episodes(GCBC, backbone_cfg or CFG, SAMPLER, SPEC, None, L, ttgs=ttgs))
     rk, tk, tasks = keys_tasks(2)
     return run(agents(2), None, ENV, DATA, rk, tk, tasks), DATA
 
@@ -217,7 +220,7 @@ def test_ttt_towards_a_subgoal_that_is_the_goal_is_gc_ttt(mode, rule):
     ag = agents(2)
 
     def run(ttgs):
-        program = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(mode, rule=rule), L, ttgs=ttgs))
+        program = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt_cfg(mode, rule=rule), L, ttgs=ttgs))
         return program(ag, None, ENV, DATA, rk, tk, tasks)
 
     gc_ttt = run(None)
@@ -250,13 +253,13 @@ def test_tau_and_threshold_default_to_the_published_ones_per_dataset():
     stitch 6 / 12, large stitch 48 / 96; QRL's differs); unset fields take them, set fields and configs stay."""
     from ttt.data.specs import get_spec
     from ttt.graph import TTGSConfig
-    from ttt.presets import make_configs
+    from ttt.presets import agent_backbone, make_configs
     from ttt.setups import make_setup
 
     def resolved(agent, dataset, ttgs=None):
         spec = get_spec(dataset)
         cfg, sampler = make_configs(agent, spec, "cpu")
-        g = make_setup("ttgs", agent, cfg, sampler, spec, 1000, ttgs=ttgs).ttgs
+        g = make_setup("ttgs", agent_backbone(agent), cfg, sampler, spec, 1000, ttgs=ttgs).ttgs
         return g.tau, g.threshold
 
     assert resolved("gciql", "pointmaze-giant-navigate-v0") == (12.0, 24.0)

@@ -13,11 +13,14 @@ import pytest
 from test_episode import CFG, DATA, ENV, SAMPLER, SPEC, L, agents
 
 from ttt import select
+from ttt.agents import get_backbone
 from ttt.episode import Transforms, TTTConfig
 from ttt.errors import TttError
 from ttt.evaluation import EvalSetup, evaluate
 from ttt.finetune import FinetuneConfig
 from ttt.select import SelectConfig, Selection
+
+GCBC = get_backbone("gcbc")
 
 AGENTS = agents(2)
 TASKS = (1, 2)
@@ -26,7 +29,7 @@ TASKS = (1, 2)
 def setup_of(lr=1e-2, q=0.3, mode="mc", transforms=None, N=3, **sel) -> EvalSetup:
     ttt = TTTConfig(K=8, select=SelectConfig(q=q, mode=mode, h_min=3, rule="paper", **sel),
                     finetune=FinetuneConfig(steps=N, lr=lr), value_chunk=50)  # fmt: skip
-    return EvalSetup("gcbc", CFG, SAMPLER, SPEC, ttt, L, transforms=transforms or Transforms())
+    return EvalSetup(GCBC, CFG, SAMPLER, SPEC, ttt, L, transforms=transforms or Transforms())
 
 
 def run(setup, **kw):

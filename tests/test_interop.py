@@ -39,9 +39,9 @@ def _checkpoint(path, agent, seeds=2, **overrides):
         sizes["low_actor_hidden_dims"] = (6, 4)
     cfg, sampler = make_configs(agent, get_spec(STITCH), "cpu", {**sizes, **overrides})
     from ttt.checkpoint import config_dict
-    from ttt.presets import get_agent
+    from ttt.presets import agent_backbone
 
-    backbone = get_agent(agent).backbone
+    backbone = agent_backbone(agent)
     keys = jax.random.split(jax.random.key(3), seeds)
     states = jax.vmap(lambda k: init_state(k, backbone, 2, 2, cfg))(keys)
     # Move the parameters and Adam moments off their initial values so that every leaf is distinct.

@@ -17,6 +17,7 @@ import pytest
 from helpers import assert_same_values
 
 import ttt.episode as episode_mod
+from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint
@@ -25,6 +26,8 @@ from ttt.finetune import FinetuneConfig
 from ttt.presets import make_configs
 from ttt.pretrain import init_state
 from ttt.select import SelectConfig
+
+GCBC = get_backbone("gcbc")
 
 SPEC = get_spec("pointmaze-medium-navigate-v0")  # goal coordinates obs[:2], threshold 1.0
 L = 24
@@ -63,7 +66,7 @@ def ttt_cfg(rule="episodes", mode="critic", value_cap=None, bucket=1, **sel):
 
 @eqx.filter_jit
 def _init_agents(keys):
-    return eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, CFG).agent)(keys)
+    return eqx.filter_vmap(lambda k: init_state(k, GCBC, 2, 2, CFG).agent)(keys)
 
 
 AGENTS = _init_agents(jax.random.split(jax.random.key(0), 4))
@@ -98,7 +101,7 @@ def recorder(monkeypatch):
 
 def run(ttt, n=4, env=ENV):
     agents = jax.tree.map(lambda x: x[:n] if eqx.is_array(x) else x, AGENTS)
-    episodes = eqx.filter_jit(make_episodes("gcbc", CFG, SAMPLER, SPEC, ttt, L))
+    episodes = eqx.filter_jit(make_episodes(GCBC, CFG, SAMPLER, SPEC, ttt, L))
     return episodes(agents, None, env, DATA, RK[:n], TK[:n], TASKS[:n])
 
 
@@ -192,8 +195,8 @@ def test_round_function_loop_carries_the_cache():
     from ttt.select import Context, round_weights
 
     full_cfg, lazy_cfg = ttt_cfg("paper"), ttt_cfg("paper", value_cap=CAP)
-    prep_f, adapt_f, _ = make_round_fns("gcbc", CFG, SAMPLER, SPEC, full_cfg, with_tables=True)
-    prep_z, adapt_z, _ = make_round_fns("gcbc", CFG, SAMPLER, SPEC, lazy_cfg, with_tables=True)
+    prep_f, adapt_f, _ = make_round_fns(GCBC, CFG, SAMPLER, SPEC, full_cfg, with_tables=True)
+    prep_z, adapt_z, _ = make_round_fns(GCBC, CFG, SAMPLER, SPEC, lazy_cfg, with_tables=True)
     prep_f, adapt_f, prep_z, adapt_z = (eqx.filter_jit(f) for f in (prep_f, adapt_f, prep_z, adapt_z))
     ag = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, AGENTS)
     goal = jnp.array([2.0, 1.0])
@@ -239,9 +242,8 @@ def test_round_function_loop_carries_the_cache():
 
 
 def _full_values(agent, goal):
-    from ttt.agents import get_backbone
 
-    return eqx.filter_jit(episode_mod.dataset_values)(get_backbone("gcbc").value, agent, DATA.observations, goal,
+    return eqx.filter_jit(episode_mod.dataset_values)(GCBC.value, agent, DATA.observations, goal,
                                                       CHUNK)  # fmt: skip
 
 
@@ -260,13 +262,13 @@ def test_config():
     custom = Transforms(relevance=lambda ctx: ctx.tables.eligible)
     # 'auto' with a transform of your own: the full pass, silently (the transform may read any row).
     assert not lazy_pass(TTTConfig(), custom) and lazy_pass(TTTConfig(), Transforms())
-    prep, _, _ = make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap="auto"), custom)
+    prep, _, _ = make_round_fns(GCBC, CFG, SAMPLER, SPEC, ttt_cfg(value_cap="auto"), custom)
     tables = eqx.filter_jit(prep)(jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, AGENTS), DATA,
                                   jnp.array([2.0, 1.0]))  # fmt: skip
     assert tables.computed is None and tables.values is None  # the full pass: no cache
     with pytest.raises(ValueError, match="default selection transforms"):
-        make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap=CAP), custom)
-    make_round_fns("gcbc", CFG, SAMPLER, SPEC, ttt_cfg(value_cap=None), custom)  # without value_cap: fine
+        make_round_fns(GCBC, CFG, SAMPLER, SPEC, ttt_cfg(value_cap=CAP), custom)
+    make_round_fns(GCBC, CFG, SAMPLER, SPEC, ttt_cfg(value_cap=None), custom)  # without value_cap: fine
 
 
 STITCH = "pointmaze-medium-stitch-v0"
@@ -290,7 +292,7 @@ def test_host_driver_and_evaluate_carry_the_cache(stitch):
     spec = get_spec(STITCH)
     cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16, 16), "value_hidden_dims": (16, 16),
                                                       "batch_size": 16})  # fmt: skip
-    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, "gcbc", 2, 2, cfg).agent))(
+    ag = eqx.filter_jit(eqx.filter_vmap(lambda k: init_state(k, GCBC, 2, 2, cfg).agent))(
         jax.random.split(jax.random.key(0), 2)
     )
     ttt = TTTConfig(K=20, select=SelectConfig(q=0.5, mode="critic", rule="episodes", h_min=3, eps_rel=0.5),
@@ -299,7 +301,7 @@ def test_host_driver_and_evaluate_carry_the_cache(stitch):
     res = {}
     for name, t, driver in [("full", ttt, "compiled"), ("lazy", dataclasses.replace(ttt, value_cap=0.02), "compiled"),
                             ("host", dataclasses.replace(ttt, value_cap=0.02), "host")]:  # fmt: skip
-        res[name] = evaluate(EvalSetup("gcbc", cfg, sampler, spec, t, max_steps=60), ag, stitch, driver=driver,
+        res[name] = evaluate(EvalSetup(GCBC, cfg, sampler, spec, t, max_steps=60), ag, stitch, driver=driver,
                              batch_size=4, **kw)  # fmt: skip
     full, lazy, host = res["full"], res["lazy"], res["host"]
     assert_same_values(full.observations, lazy.observations)

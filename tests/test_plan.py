@@ -1,6 +1,7 @@
-"""One plan per run: a pipeline row is resolved once into a checked, immutable `RunPlan`, and the pipeline, `ttt eval`
-and `ttt.load_run` build their `EvalSetup` through one resolver (`ttt.setups.checkpoint_setup`). No training, no
-compiled program: the plans and setups are made from a metadata dict."""
+"""One plan per run: a pipeline row is resolved once into a checked, immutable `RunPlan` holding values (the spec, the
+`Backbone` record, the validated `EvalSetup`), and `ttt eval` / `ttt.load_run` build the same `EvalSetup` from a
+checkpoint (`ttt.setups.checkpoint_setup`). No training, no compiled program: the checkpoints are metadata and a state
+file written here."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from ttt.agents import get_backbone
 from ttt.data.specs import get_spec
 from ttt.errors import TttError
-from ttt.pipeline import load_pipeline, make_eval_setup, plan_run, select_random_rank
+from ttt.pipeline import load_pipeline, plan_run, select_random_rank
 from ttt.pipeline.keys import BASE_EVAL_KEYS
 from ttt.pipeline.plan import RunPlan
 from ttt.presets import make_configs
 from ttt.pretrain import config_dict
 from ttt.setups import checkpoint_setup, make_setup
+
+GCBC = get_backbone("gcbc")
 
 PIPE = """
 [defaults]
@@ -52,9 +56,22 @@ def _runs(tmp_path: Path, text: str = PIPE, **sets) -> dict:
 def _meta(plan: RunPlan) -> dict:
     """The metadata a checkpoint of `plan`'s pre-training would carry (what the setup resolver reads)."""
     spec = plan.data.spec
-    return dict(agent=plan.train.agent, backbone=plan.train.backbone, config=config_dict(plan.train.cfg),
+    return dict(agent=plan.train.agent, backbone=plan.train.backbone.name, config=config_dict(plan.train.cfg),
                 sampler=config_dict(plan.train.sampler), dataset=spec.name, dataset_hash="h", obs_dim=spec.ob_dim,
-                action_dim=spec.action_dim, seeds=plan.train.seeds, step=plan.train.steps)  # fmt: skip
+                action_dim=spec.action_dim, seeds=plan.train.seeds, step=plan.train.steps,
+                state_file="state-000000007.eqx")  # fmt: skip
+
+
+def _checkpoint(tmp_path: Path, plan: RunPlan) -> Path:
+    """A checkpoint directory of `plan`'s pre-training: its metadata and a (placeholder) state file."""
+    import json
+
+    d = tmp_path / "ck"
+    d.mkdir(exist_ok=True)
+    meta = _meta(plan)
+    (d / meta["state_file"]).write_bytes(b"state")
+    (d / "meta.json").write_text(json.dumps(meta))
+    return d
 
 
 def test_a_row_is_resolved_once_into_an_immutable_plan(tmp_path):
@@ -67,32 +84,35 @@ def test_a_row_is_resolved_once_into_an_immutable_plan(tmp_path):
     assert (plan.train.cfg, plan.train.sampler, plan.train.steps, plan.train.seeds) == (cfg, sampler, 7, 2)
     assert plan.train.checkpoint is None and plan.train.root == tmp_path / "cache" / "ckpt" / spec.name
     assert plan.eval.driver == "compiled" and plan.eval.tasks == (2, 3)  # 'auto' resolved
-    assert plan.eval.settings["K"] == 250 and plan.eval.settings["rule"] == "episodes"  # the rule in force
+    assert plan.train.backbone is GCBC and plan.eval.setup.backbone is plan.train.backbone  # values, not names
+    assert plan.eval.setup.ttt.K == 250 and plan.eval.setup.ttt.select.rule_used == "episodes"  # the rule in force
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.train.steps = 8  # type: ignore[misc]
     with pytest.raises(TypeError):
-        plan.eval.settings["K"] = 1  # type: ignore[index]
+        plan.eval.key["K"] = 1  # type: ignore[index]
     base = plan_run(runs["base"], tmp_path / "cache")
     assert set(base.eval.key) == set(BASE_EVAL_KEYS)  # a base row's evaluation ignores the TTT settings
-    assert base.eval.settings == {"backend": "mujoco", "transforms": base.eval.settings["transforms"]}
+    assert base.eval.setup.ttt is None and base.eval.setup.backend == "mujoco"
     full = plan_run({**runs["base"], "data_episodes": None}, tmp_path / "cache")
     assert full.data.episodes == spec.episodes and not full.data.cached  # OGBench's directory: the user's
 
 
 def test_the_pipeline_ttt_eval_and_load_run_build_one_setup(tmp_path):
+    from ttt.checkpoint import open_checkpoint
+
     runs = _runs(tmp_path)
     for name, settings in (("ttt", dict(K=250, N=20, rule="episodes")),
                            ("control", dict(H=50, rule="paper", transforms=None))):  # fmt: skip
         plan = plan_run(runs[name], tmp_path / "cache")
-        meta = _meta(plan)
-        pipeline = make_eval_setup(plan, tmp_path / "ck", meta)
+        pipeline = plan.eval.setup
         if name == "control":  # the selection control is a transform the plan swaps in
             assert pipeline.transforms.select is select_random_rank
             settings["transforms"] = pipeline.transforms
-        ttt_eval = checkpoint_setup(meta, plan.eval.variant, where="ck", **settings)  # what `ttt eval` / load_run do
+        ck = open_checkpoint(_checkpoint(tmp_path, plan))
+        ttt_eval = checkpoint_setup(ck, plan.eval.variant, where="ck", **settings)  # what `ttt eval` / load_run do
         assert pipeline == ttt_eval
         spec = plan.data.spec
-        assert pipeline == make_setup(plan.eval.variant, "gcbc", plan.train.cfg, plan.train.sampler, spec, 1000,
+        assert pipeline == make_setup(plan.eval.variant, GCBC, plan.train.cfg, plan.train.sampler, spec, 1000,
                                       **settings)  # fmt: skip
     assert pipeline.ttt.select.mode == "fixed" and pipeline.ttt.select.H == 50
 
@@ -101,14 +121,19 @@ def test_a_plan_refuses_a_row_before_any_stage(tmp_path):
     runs = _runs(tmp_path)
     with pytest.raises(TttError, match=r"^run ttt: K must be in \[1, 1000\] \(the episode length of pointmaze"):
         plan_run({**runs["ttt"], "K": 1001})
-    with pytest.raises(TttError, match=r"^run ttt: ft_alpha is the BC weight .* gcbc has none"):
+    with pytest.raises(TttError, match=r"^run ttt: ft_alpha .* gcbc has none"):
         plan_run({**runs["ttt"], "ft_alpha": 0.3})
     with pytest.raises(TttError, match=r"^run base: agent_config: "):
         plan_run({**runs["base"], "agent_config": {"no_such_field": 1}})
-    plan = plan_run(runs["ttt"])
-    meta = _meta(plan_run({**runs["ttt"], "variant": "ttt-mc", "agent_config": {"with_critic": False}}))
+    critic_free = plan_run({**runs["ttt"], "variant": "ttt-mc", "agent_config": {"with_critic": False}})
+    named = {**runs["ttt"], "checkpoint": str(_checkpoint(tmp_path, critic_free))}
     with pytest.raises(TttError, match=r"^run ttt: variant ttt needs a value function"):
-        make_eval_setup(plan, Path("ck"), meta)  # a checkpoint the row names may lack what the row needs
+        plan_run(named)  # a checkpoint the row names may lack what the row needs: its configs are read into the plan
+    with pytest.raises(TttError, match=r"^run ttt: backend = 'mjx' is the physics of the compiled driver"):
+        plan_run({**runs["ttt"], "backend": "mjx", "driver": "host"})
+    ant = {**runs["base"], "dataset": "antmaze-medium-navigate-v0", "agent_config": {}, "backend": "mjx"}
+    with pytest.raises(TttError, match=r"^run base: backend = 'mjx': antmaze-medium-v0 runs on C MuJoCo only"):
+        plan_run(ant)
 
 
 def test_bucket_changes_the_setup_but_not_the_evaluation_key(tmp_path, monkeypatch):
@@ -120,16 +145,15 @@ def test_bucket_changes_the_setup_but_not_the_evaluation_key(tmp_path, monkeypat
     default = plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache")
     whole = plan_run(_runs(tmp_path, bucket=0)["ttt"], tmp_path / "cache")
     three = plan_run(_runs(tmp_path, bucket=3)["ttt"], tmp_path / "cache")
-    meta = _meta(default)
-    assert make_eval_setup(default, tmp_path / "ck", meta).ttt.bucket == 1
-    assert make_eval_setup(whole, tmp_path / "ck", meta).ttt.bucket is None
-    assert make_eval_setup(three, tmp_path / "ck", meta).ttt.bucket == 3
+    assert default.eval.setup.ttt.bucket == 1
+    assert whole.eval.setup.ttt.bucket is None
+    assert three.eval.setup.ttt.bucket == 3
     assert dict(default.eval.key) == dict(whole.eval.key) == dict(three.eval.key)
     with pytest.raises(TttError, match=r"bucket must be >= 0 \(episodes of a compiled call .*\), got -1"):
         _runs(tmp_path, bucket=-1)
     spec = default.data.spec
     with pytest.raises(TttError, match=r"bucket must be an int >= 1, None \(the whole batch\) or 'auto', got 0"):
-        make_setup("ttt", "gcbc", default.train.cfg, default.train.sampler, spec, 1000, bucket=0)
+        make_setup("ttt", GCBC, default.train.cfg, default.train.sampler, spec, 1000, bucket=0)
 
 
 def test_default_bucket_follows_the_backend(tmp_path, monkeypatch):
@@ -141,10 +165,9 @@ def test_default_bucket_follows_the_backend(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     default = plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache")
-    meta = _meta(default)
-    assert default_bucket() == 1 and make_eval_setup(default, tmp_path / "ck", meta).ttt.bucket == 1
+    assert default_bucket() == 1 and default.eval.setup.ttt.bucket == 1
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert default_bucket() is None
-    assert make_eval_setup(default, tmp_path / "ck", meta).ttt.bucket is None
+    assert plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache").eval.setup.ttt.bucket is None
     three = plan_run(_runs(tmp_path, bucket=3)["ttt"], tmp_path / "cache")
-    assert make_eval_setup(three, tmp_path / "ck", meta).ttt.bucket == 3  # an explicit bucket wins
+    assert three.eval.setup.ttt.bucket == 3  # an explicit bucket wins

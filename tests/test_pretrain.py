@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ttt.agents import get_backbone
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.errors import TttError
@@ -23,6 +24,8 @@ from ttt.pretrain import (
     read_meta,
     save_checkpoint,
 )
+
+GCIQL = get_backbone("gciql")
 
 NAV = "pointmaze-medium-navigate-v0"
 
@@ -59,10 +62,10 @@ def leaves(tree):
 def test_vmap_over_seeds_equals_loop():
     data = toy_dataset()
     cfg, sampler = tiny()
-    states, keys = stacked("gciql", data, cfg, 3)
-    chunk = make_chunk("gciql", cfg, sampler, 5)
+    states, keys = stacked(GCIQL, data, cfg, 3)
+    chunk = make_chunk(GCIQL, cfg, sampler, 5)
     out, _ = chunk(states, keys, data)
-    update = eqx.filter_jit(make_update("gciql", cfg, sampler))
+    update = eqx.filter_jit(make_update(GCIQL, cfg, sampler))
     def seed_slice(tree, s):
         return jax.tree.map(lambda x: x[s] if eqx.is_array(x) else x, tree)
 
@@ -95,8 +98,8 @@ def test_interrupted_chunked_run_matches_uninterrupted(tmp_path):
 def test_no_retrace_between_chunks():
     data = toy_dataset()
     cfg, sampler = tiny()
-    states, keys = stacked("gciql", data, cfg, 2)
-    chunk = make_chunk("gciql", cfg, sampler, 3, max_traces=1)
+    states, keys = stacked(GCIQL, data, cfg, 2)
+    chunk = make_chunk(GCIQL, cfg, sampler, 3, max_traces=1)
     for _ in range(3):
         states, _ = chunk(states, keys, data)
     assert int(states.step[0]) == 9

@@ -49,9 +49,9 @@ def make_optimizer(cfg) -> optax.GradientTransformation:
     return optax.adam(cfg.lr)
 
 
-def init_state(key: PRNGKeyArray, backbone_name: str, obs_dim: int, action_dim: int, cfg) -> TrainState:
+def init_state(key: PRNGKeyArray, backbone: Backbone, obs_dim: int, action_dim: int, cfg) -> TrainState:
     """A fresh TrainState (vmap it over seed keys for several seeds)."""
-    agent = get_backbone(backbone_name).init(key, obs_dim, action_dim, cfg)
+    agent = backbone.init(key, obs_dim, action_dim, cfg)
     opt_state = make_optimizer(cfg).init(eqx.filter(agent, eqx.is_array))
     return TrainState(agent, opt_state, jnp.zeros((), jnp.int32))
 
@@ -154,9 +154,15 @@ def _check_meta_types(meta: dict, path: Path) -> None:
                        f"state-<step>.eqx), got {name!r}")  # fmt: skip
 
 
-def backbone_config(meta: dict):
-    """Rebuild the backbone Config saved in a checkpoint's metadata."""
-    backbone = get_backbone(meta["backbone"])
+def meta_backbone(meta: dict) -> Backbone:
+    """The `Backbone` record a checkpoint's metadata names (the one place a checkpoint's backbone name is looked
+    up)."""
+    return get_backbone(meta["backbone"])
+
+
+def backbone_config(meta: dict, backbone: Backbone | None = None):
+    """Rebuild the backbone Config saved in a checkpoint's metadata (`backbone`: its record, when already known)."""
+    backbone = meta_backbone(meta) if backbone is None else backbone
     cfg = meta["config"]
 
     types = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
@@ -186,7 +192,7 @@ def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[T
 def _read_state(out: Path, meta: dict, backbone: Backbone, cfg: Any) -> TrainState:
     keys = jax.random.split(jax.random.key(0), meta["seeds"])
     # Only the structure, shapes and dtypes are needed: traced, not run (running it op by op compiles every op).
-    init = eqx.filter_vmap(lambda k: init_state(k, backbone.name, meta["obs_dim"], meta["action_dim"], cfg))
+    init = eqx.filter_vmap(lambda k: init_state(k, backbone, meta["obs_dim"], meta["action_dim"], cfg))
     template = eqx.filter_eval_shape(init, keys)
     path = out / meta["state_file"]
     try:
@@ -274,8 +280,9 @@ def open_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> Checkp
     path = Path(path)
     meta = read_meta(path) if meta is None else meta
     digest = verify_checkpoint(path, meta)
-    backbone = get_backbone(meta["backbone"])
-    return Checkpoint(path, MappingProxyType(dict(meta)), backbone, backbone_config(meta), sampler_config(meta), digest)
+    backbone = meta_backbone(meta)
+    cfg = backbone_config(meta, backbone)
+    return Checkpoint(path, MappingProxyType(dict(meta)), backbone, cfg, sampler_config(meta), digest)
 
 
 def load_policy(checkpoint: str | os.PathLike | Checkpoint, seed: int = 0):

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ttt import select as sel
-from ttt.agents import get_backbone
+from ttt.agents.common import Backbone
 from ttt.errors import TttError
 from ttt.select import GoalTables, Selection
 
@@ -54,17 +54,18 @@ def _describe(tree) -> str:
     return f"{type(tree).__module__}.{type(tree).__qualname__}"
 
 
-def check_agents(agents, backbone: str, cfg, obs_dim: int, action_dim: int, *, stacked: bool = True) -> int:
+def check_agents(agents, backbone: Backbone, cfg, obs_dim: int, action_dim: int, *, stacked: bool = True) -> int:
     """That `agents` are agents of `backbone` under `cfg` for `obs_dim` observations and `action_dim` actions (the
     same networks, leaf for leaf), seed-stacked on a leading axis when `stacked`; returns the number of seeds."""
-    like = eqx.filter_eval_shape(get_backbone(backbone).init, jax.random.key(0), obs_dim, action_dim, cfg)
+    like = eqx.filter_eval_shape(backbone.init, jax.random.key(0), obs_dim, action_dim, cfg)
+    name = backbone.name
     if type(agents) is not type(like):
-        raise TttError(f"agents: got {_describe(agents)}, but the setup's backbone is {backbone} ({_describe(like)}); "
+        raise TttError(f"agents: got {_describe(agents)}, but the setup's backbone is {name} ({_describe(like)}); "
                        "evaluate agents with the setup of their checkpoint (ttt.load_run returns both)")  # fmt: skip
     got = [x for x in jax.tree.leaves(agents) if eqx.is_array(x)]
     want = [x for x in jax.tree.leaves(like) if isinstance(x, jax.ShapeDtypeStruct)]  # eval_shape's arrays
     if len(got) != len(want):
-        raise TttError(f"agents: their networks do not match the setup's {backbone} config ({len(got)} arrays, the "
+        raise TttError(f"agents: their networks do not match the setup's {name} config ({len(got)} arrays, the "
                        f"config makes {len(want)}); use the config they were trained with")  # fmt: skip
     lead = {np.shape(g)[0] if np.ndim(g) else None for g in got} if stacked else {None}
     for g, w in zip(got, want, strict=True):
@@ -72,7 +73,7 @@ def check_agents(agents, backbone: str, cfg, obs_dim: int, action_dim: int, *, s
         if shape != w.shape:
             sizes = f"observations of {obs_dim} and actions of {action_dim}"
             raise TttError(f"agents: an array of shape {shape}{' per seed' if stacked else ''} where the setup's "
-                           f"{backbone} config with {sizes} makes {w.shape}: these agents were trained for another "
+                           f"{name} config with {sizes} makes {w.shape}: these agents were trained for another "
                            "dataset or config")  # fmt: skip
     if stacked and len(lead) != 1:
         raise TttError(f"agents must be seed-stacked: every array with one leading (seed) axis, got {sorted(lead)}")

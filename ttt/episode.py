@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from ttt import select as _select
-from ttt.agents import get_backbone
+from ttt.agents.common import Backbone
 from ttt.checks import check_transforms
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
@@ -242,7 +242,7 @@ def default_hparams(
 
 
 def make_round_fns(
-    backbone_name: str,
+    backbone: Backbone,
     cfg,
     sampler: SamplerConfig,
     spec: DatasetSpec,
@@ -263,21 +263,20 @@ def make_round_fns(
     `params` (`ttt.hparams.HParams`, traced): lr, q, eps, mix, noise_alpha and the transforms' own; None: the
     values the configs state. `params.adapt` False: `adapt` returns `agent0` and idle metrics."""
     transforms = check_transforms(transforms)  # context functions; a wrong return type: a TttError naming it
-    backbone = get_backbone(backbone_name)
     sel = ttt.select
     oracle_critic = ttt.critic == "oracle"
     needs_values = sel.mode == "critic" or (sel.mode == "fixed" and (backbone.has_value(cfg) or oracle_critic))
     if sel.mode == "critic" and not (backbone.has_value(cfg) or oracle_critic):
-        raise ValueError(f"{backbone_name} has no value function under this config; use select mode 'mc' (critic-free)")
+        raise ValueError(f"{backbone.name} has no value function under this config; use select mode 'mc' (critic-free)")
     if sel.relevance == "value" and not backbone.has_value(cfg):
-        raise ValueError(f"value relevance needs a value function, which {backbone_name} lacks under this config")
+        raise ValueError(f"value relevance needs a value function, which {backbone.name} lacks under this config")
     if transforms.select is not _select.select_ctx and sel.rule_used != "paper":
         raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={sel.rule_used!r}")
     lazy = needs_values and lazy_pass(ttt, transforms)
     if lazy and any(getattr(transforms, k) is not v for k, v in _select.CONTEXT_DEFAULTS.items()):
         raise ValueError("value_cap (the lazy value pass) needs the default selection transforms: a transform of "
                          "your own may read values of rows it does not compute; set value_cap=None")  # fmt: skip
-    finetune = make_finetune(backbone_name, cfg, sampler, ttt.finetune, sel.mix)
+    finetune = make_finetune(backbone, cfg, sampler, ttt.finetune, sel.mix)
 
     def hparams(params):
         return default_hparams(ttt, sampler, spec, transforms) if params is None else params
@@ -371,14 +370,13 @@ def make_round_fns(
                               _idle_metrics(()))  # fmt: skip
         return (agent, metrics, tables) if with_tables else (agent, metrics)
 
-    return prepare, adapt, make_act(backbone_name)
+    return prepare, adapt, make_act(backbone)
 
 
-def make_act(backbone_name: str):
+def make_act(backbone: Backbone):
     """`act(agent, obs, goal, key=None, temperature=0.0) -> action`: the backbone's action; at temperature 0 (the
     default) its mean action, deterministic, so the key may be left out; `temperature` > 0 scales the actor's std
     (action noise; traced). `goal` is a goal OBSERVATION (the shape of `obs`), not goal coordinates."""
-    backbone = get_backbone(backbone_name)
 
     def act(agent, obs, goal, key: PRNGKeyArray | None = None, temperature=0.0):
         key = jax.random.key(0) if key is None else key  # temperature 0: the key draws nothing that is used
@@ -455,7 +453,7 @@ def _where_tree(pred, a, b):
 
 
 def make_episodes(
-    backbone_name: str,
+    backbone: Backbone,
     cfg,
     sampler: SamplerConfig,
     spec: DatasetSpec,
@@ -490,15 +488,15 @@ def make_episodes(
         raise ValueError(f"TTT period K must be in [1, {max_steps}] (the episode length), got {ttt.K}")
     lazy = lazy_pass(ttt, transforms)
     if ttt is not None:  # with the lazy value pass the tables are carried from round to round
-        prepare, adapt, act = make_round_fns(backbone_name, cfg, sampler, spec, ttt, transforms, with_tables=lazy)
+        prepare, adapt, act = make_round_fns(backbone, cfg, sampler, spec, ttt, transforms, with_tables=lazy)
     else:
         prepare = adapt = None
-        act = make_act(backbone_name)
+        act = make_act(backbone)
 
     K = max_steps if ttt is None else ttt.K
     R = n_rounds(max_steps, ttt)
     reset_after = ttt is not None and ttt.reset_after_horizon
-    graph_fns = None if ttgs is None else make_ttgs(backbone_name, cfg, spec, ttgs)
+    graph_fns = None if ttgs is None else make_ttgs(backbone, cfg, spec, ttgs)
 
     def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks, oracle=None,
                  params=None) -> EpisodeOut:  # fmt: skip
@@ -609,7 +607,7 @@ def make_episodes(
 
 
 def make_episode(
-    backbone_name: str,
+    backbone: Backbone,
     cfg,
     sampler: SamplerConfig,
     spec: DatasetSpec,
@@ -620,7 +618,7 @@ def make_episode(
 ):
     """`episode(agent0, opt_state0, env, data, reset_key, ttt_key, task) -> EpisodeOut`: one episode (the batched
     program with a batch of one); `jax.vmap` it over (seed, task, episode) or call `make_episodes` directly."""
-    episodes = make_episodes(backbone_name, cfg, sampler, spec, ttt, max_steps, transforms, ttgs)
+    episodes = make_episodes(backbone, cfg, sampler, spec, ttt, max_steps, transforms, ttgs)
 
     def episode(agent0, opt_state0, env, data: Dataset, reset_key, ttt_key, task, oracle=None,
                 params=None) -> EpisodeOut:  # fmt: skip

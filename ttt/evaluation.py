@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ttt.agents.common import Backbone
 from ttt.checks import check_agents, check_tasks, check_vector, positional_slots
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
@@ -144,11 +145,12 @@ make_env = make_gym_env  # deprecated name of `ttt.envs.gym.make_gym_env` (OGBen
 
 @dataclasses.dataclass(frozen=True)
 class EvalSetup:
-    """Everything static about one evaluation: the backbone configuration, dataset spec, TTT settings (None:
-    base policy), episode length and the environment backend; `ttgs` (`ttt.graph.TTGSConfig`, None: off): test-time
-    graph search's subgoals for the policy (variant 'ttgs'; compiled driver only)."""
+    """Everything static about one evaluation: the backbone (its `ttt.agents.Backbone` record) and configuration,
+    dataset spec, TTT settings (None: base policy), episode length and the environment backend; `ttgs`
+    (`ttt.graph.TTGSConfig`, None: off): test-time graph search's subgoals for the policy (variant 'ttgs'; compiled
+    driver only). `ttt.make_setup` builds one with every setting checked."""
 
-    backbone: str
+    backbone: Backbone
     cfg: Any
     sampler: SamplerConfig
     spec: DatasetSpec
@@ -157,6 +159,11 @@ class EvalSetup:
     backend: str = "mujoco"
     transforms: Transforms = Transforms()
     ttgs: TTGSConfig | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.backbone, Backbone):
+            raise TttError(f"EvalSetup.backbone must be a backbone record (ttt.get_backbone(name), or a checkpoint's "
+                           f"ttt.open_checkpoint(dir).backbone), got {self.backbone!r}")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

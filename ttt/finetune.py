@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Float, PRNGKeyArray, Real
 
-from ttt.agents import get_backbone
-from ttt.agents.common import step_targets
+from ttt.agents.common import Backbone, step_targets
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig
 from ttt.hparams import HParams, n_uniform
@@ -77,15 +76,14 @@ class FinetuneConfig:
 TRAIN_PARTS = ("all", "actor")
 
 
-def finetune_backbone_config(backbone_name: str, cfg, ft: FinetuneConfig):
+def finetune_backbone_config(backbone: Backbone, cfg, ft: FinetuneConfig):
     """The backbone config whose loss fine-tuning optimises: `Backbone.ttt_config` (unless `full_loss`) with `alpha`
     replaced by `ft.alpha`. Raises ValueError where `ft.alpha` is set but the backbone has no `alpha`."""
-    backbone = get_backbone(backbone_name)
     cfg = cfg if ft.full_loss else backbone.ttt_config(cfg)
     if ft.alpha is not None:
         if not any(f.name == "alpha" for f in dataclasses.fields(cfg)):
-            raise ValueError(f"finetune alpha applies to backbones whose actor loss has a BC weight alpha; "
-                             f"{backbone_name} has none")  # fmt: skip
+            raise ValueError(f"ft_alpha (fine-tuning's BC weight alpha) applies to a DDPG+BC or AWR actor loss; "
+                             f"{backbone.name} has none (valid for gciql, gciql-awr, qrl)")  # fmt: skip
         cfg = dataclasses.replace(cfg, alpha=float(ft.alpha))
     return cfg
 
@@ -120,10 +118,9 @@ class TTTStep:
     restrict: Callable
 
 
-def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0) -> TTTStep:
+def make_ttt_step(backbone: Backbone, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0) -> TTTStep:
     """`TTTStep` for one backbone configuration (see `make_finetune` for `mix` and the loss used)."""
-    backbone = get_backbone(backbone_name)
-    cfg = finetune_backbone_config(backbone_name, cfg, ft)
+    cfg = finetune_backbone_config(backbone, cfg, ft)
     opt = make_optimizer(ft)
     n = ft.batch_size or sampler.batch_size
     sampler = dataclasses.replace(sampler, batch_size=n)
@@ -179,7 +176,7 @@ def make_ttt_step(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
     return TTTStep(init, weight_table, draw, update, restrict)
 
 
-def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0):
+def make_finetune(backbone: Backbone, cfg, sampler: SamplerConfig, ft: FinetuneConfig, mix: float = 0.0):
     """The pure N-step fine-tuning function for one backbone configuration.
 
     `mix` (`SelectConfig.mix`): the fraction of each batch drawn uniformly from the whole dataset (appendix, QRL:
@@ -190,7 +187,7 @@ def make_finetune(backbone_name: str, cfg, sampler: SamplerConfig, ft: FinetuneC
     (`ttt.hparams.HParams`, traced) replaces the config's `lr` and `mix`. Metrics: the loss at the first and last step.
     Each step is `TTTStep.draw` then `TTTStep.update` (`make_ttt_step`).
     """
-    ts = make_ttt_step(backbone_name, cfg, sampler, ft, mix)
+    ts = make_ttt_step(backbone, cfg, sampler, ft, mix)
 
     def finetune(
         agent,

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from ttt.agents import get_backbone
+from ttt.agents.common import Backbone
 from ttt.data.dataset import Dataset
 from ttt.data.specs import DatasetSpec
 
@@ -274,7 +274,7 @@ def distance_scale(ttgs: TTGSConfig, data: Dataset) -> Float[Array, ""]:
     return jnp.maximum(scale, 1e-8)
 
 
-def make_ttgs(backbone_name: str, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
+def make_ttgs(backbone: Backbone, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
     """`(distance, build, plan, subgoal, after_step)` of TTGS with one backbone; pure, unjitted, unbatched.
 
     - `distance(agent, scale, x, y) -> steps`: from observations `x` to `y` (broadcast batches);
@@ -284,9 +284,8 @@ def make_ttgs(backbone_name: str, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
     - `subgoal(agent, graph, plan, obs, goal) -> (subgoal observation, plan)`: every step;
     - `after_step(agent, graph, plan, obs, goal, sub, active) -> plan`: replanning (`replan_factor`).
     """
-    backbone = get_backbone(backbone_name)
     if ttgs.distance == "value" and not backbone.has_value(cfg):
-        raise ValueError(f"TTGS distance 'value' needs a value function, which this {backbone_name} agent lacks; "
+        raise ValueError(f"TTGS distance 'value' needs a value function, which this {backbone.name} agent lacks; "
                          "use distance 'l2'")  # fmt: skip
     gamma = float(getattr(cfg, "discount", 0.99))
     P = ttgs.max_hops

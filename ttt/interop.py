@@ -44,7 +44,7 @@ from ttt.checkpoint import (
 from ttt.data.sampler import GoalMix, SamplerConfig
 from ttt.data.specs import get_spec
 from ttt.errors import TttError
-from ttt.presets import AGENTS, check_config_value, get_agent
+from ttt.presets import AGENTS, agent_backbone, check_config_value
 from ttt.storage import file_sha256, writable_dir
 
 AGENTS_SUPPORTED = ("gcbc", "gciql", "qrl", "saw")
@@ -348,9 +348,7 @@ def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) ->
     """(preset name, backbone Config, SamplerConfig) of an imported agent: sizes from the shapes, the rest from
     `settings` over the reference's defaults. A setting that contradicts the shapes, or that ttt does not know,
     is one line naming it and what is valid."""
-    from ttt.agents import get_backbone
-
-    backbone = get_backbone(agent)
+    backbone = agent_backbone(agent)
     fields = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
     settings = dict(settings)
     _check_unsupported(settings)
@@ -445,8 +443,7 @@ def reference_states(
                            "checkpoint must share one architecture")  # fmt: skip
     obs_dim, action_dim = sizes[0]["obs_dim"], sizes[0]["action_dim"]
     preset, cfg, sampler = make_configs(agent, sizes[0], settings)
-    get_agent(preset)
-    template = eqx.filter_eval_shape(init_state, jax.random.key(0), agent, obs_dim, action_dim, cfg)
+    template = eqx.filter_eval_shape(init_state, jax.random.key(0), agent_backbone(preset), obs_dim, action_dim, cfg)
     out = []
     for src in sources:
         where = str(src.path)

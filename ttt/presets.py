@@ -26,6 +26,7 @@ import dataclasses
 from typing import Any
 
 from ttt.agents import get_backbone
+from ttt.agents.common import Backbone
 from ttt.data.sampler import GoalMix, SamplerConfig
 from ttt.data.specs import DatasetSpec
 from ttt.errors import TttError
@@ -98,9 +99,12 @@ def get_profile(name: str) -> Profile:
 def get_agent(name: str) -> AgentPreset:
     if name not in AGENTS:
         raise TttError(f"unknown agent '{name}'; valid: {', '.join(AGENTS)}")
-    preset = AGENTS[name]
-    get_backbone(preset.backbone)  # the backbone must be registered
-    return preset
+    return AGENTS[name]
+
+
+def agent_backbone(agent: str) -> Backbone:
+    """The `Backbone` record of an agent preset (the one place a preset's backbone name is looked up)."""
+    return get_backbone(get_agent(agent).backbone)
 
 
 # Ranges of backbone config fields (by name, over every backbone); fields not listed only have their type checked.
@@ -160,8 +164,7 @@ def check_config_value(backbone: str, key: str, kind: str, v: Any) -> Any:
 
 def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[str, Any] | None = None):
     """The backbone `Config` and `SamplerConfig` for an agent preset on a dataset under a profile."""
-    preset, prof = get_agent(agent), get_profile(profile)
-    backbone = get_backbone(preset.backbone)
+    preset, prof, backbone = get_agent(agent), get_profile(profile), agent_backbone(agent)
     fields = {f.name for f in dataclasses.fields(backbone.Config)}
     values: dict[str, Any] = {"batch_size": prof.batch_size}
     for k in ("actor_hidden_dims", "value_hidden_dims"):

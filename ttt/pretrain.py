@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import PRNGKeyArray
 
-from ttt.agents import get_backbone
-from ttt.agents.common import step_targets
+from ttt.agents.common import Backbone, step_targets
 from ttt.checkpoint import (  # noqa: F401  (TrainState, init_state, make_optimizer: also importable from here)
     TrainState,
     check_compatible,
@@ -38,15 +37,14 @@ from ttt.checkpoint import (  # noqa: F401  (TrainState, init_state, make_optimi
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig, sample_rows
 from ttt.errors import TttError
-from ttt.presets import get_agent
+from ttt.presets import agent_backbone
 from ttt.storage import check_memory, locked, writable_dir
 
 
-def make_step(backbone_name: str, cfg):
+def make_step(backbone: Backbone, cfg):
     """`step(state, batch, key) -> (state, loss, metrics)`: one gradient step of the whole loss on a given batch
     (`key` drives the loss's own sampling), then the target networks' Polyak step from the pre-step online networks
     (OGBench's order: `common.step_targets`)."""
-    backbone = get_backbone(backbone_name)
     opt = make_optimizer(cfg)
 
     def step(state: TrainState, batch, key: PRNGKeyArray):
@@ -60,11 +58,11 @@ def make_step(backbone_name: str, cfg):
     return step
 
 
-def make_update(backbone_name: str, cfg, sampler: SamplerConfig):
+def make_update(backbone: Backbone, cfg, sampler: SamplerConfig):
     """`update(state, seed_key, data) -> (state, loss, metrics)`: one gradient step of the whole loss on a batch
     drawn from `data` with the key `fold_in(seed_key, step)`."""
-    batch_fn = get_backbone(backbone_name).batch_fn
-    step = make_step(backbone_name, cfg)
+    batch_fn = backbone.batch_fn
+    step = make_step(backbone, cfg)
 
     def update(state: TrainState, seed_key: PRNGKeyArray, data: Dataset):
         k_rows, k_goals, k_loss = jax.random.split(jax.random.fold_in(seed_key, state.step), 3)
@@ -74,14 +72,14 @@ def make_update(backbone_name: str, cfg, sampler: SamplerConfig):
     return update
 
 
-def make_chunk(backbone_name: str, cfg, sampler: SamplerConfig, chunk_steps: int, max_traces: int | None = None):
+def make_chunk(backbone: Backbone, cfg, sampler: SamplerConfig, chunk_steps: int, max_traces: int | None = None):
     """The jitted, seed-vmapped chunk: `(states, seed_keys, data) -> (states, summary)`.
 
     `summary` holds per seed the chunk means of the loss and every metric, and for each step whether the loss
     and each metric were finite (to name the first step and term that went non-finite). `max_traces` guards
     against retracing (`eqx.debug.assert_max_traces`).
     """
-    update = make_update(backbone_name, cfg, sampler)
+    update = make_update(backbone, cfg, sampler)
 
     def one_seed(state: TrainState, seed_key: PRNGKeyArray, data: Dataset):
         def body(st, _):
@@ -99,10 +97,10 @@ def make_chunk(backbone_name: str, cfg, sampler: SamplerConfig, chunk_steps: int
     return eqx.filter_jit(chunk)
 
 
-def metric_names(backbone_name: str, cfg, sampler: SamplerConfig, obs_dim: int, action_dim: int) -> list[str]:
+def metric_names(backbone: Backbone, cfg, sampler: SamplerConfig, obs_dim: int, action_dim: int) -> list[str]:
     """Names of the summary's metrics in the order of its `finite` columns."""
-    update = make_update(backbone_name, cfg, sampler)
-    state = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone_name, obs_dim, action_dim, cfg)
+    update = make_update(backbone, cfg, sampler)
+    state = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone, obs_dim, action_dim, cfg)
     data = jax.eval_shape(lambda: _dummy_dataset(obs_dim, action_dim))
     _, _, metrics = eqx.filter_eval_shape(update, state, jax.random.key(0), data)
     return ["loss", *metrics.keys()]
@@ -144,7 +142,7 @@ def pretrain(
     progress: Callable[[int, int, dict, float], None] | None = None,
 ) -> PretrainResult:
     """Train `seeds` seeds for `steps` updates, resuming from `out` when it holds a matching checkpoint."""
-    backbone_name = get_agent(agent).backbone  # an unknown agent: the valid ones are listed
+    backbone = agent_backbone(agent)  # an unknown agent: the valid ones are listed
     if steps < 1 or seeds < 1 or chunk_steps < 1:
         raise TttError(f"steps, seeds and chunk size must be >= 1, got {steps}, {seeds}, {chunk_steps}")
     if steps > MAX_STEPS:
@@ -158,15 +156,15 @@ def pretrain(
 
     writable_dir(out, "out (--out)")
     with locked(out / ".lock", f"the checkpoint {out}"):  # a second trainer waits, then resumes (or finds it done)
-        return _pretrain(agent, backbone_name, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed,
+        return _pretrain(agent, backbone, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed,
                          profile, progress)  # fmt: skip
 
 
-def _pretrain(agent, backbone_name, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile,
+def _pretrain(agent, backbone: Backbone, dataset, data, cfg, sampler, steps, seeds, out, chunk_steps, seed, profile,
               progress):  # fmt: skip
-    meta = new_meta(agent, backbone_name, cfg, sampler, dataset, data, seeds, seed, profile)
+    meta = new_meta(agent, backbone.name, cfg, sampler, dataset, data, seeds, seed, profile)
 
-    one = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone_name, data.obs_dim, data.action_dim, cfg)
+    one = eqx.filter_eval_shape(init_state, jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg)
     nbytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(one) if hasattr(x, "dtype"))
     check_memory(2 * seeds * nbytes, f"training {seeds} seeds (networks and optimiser state of each)",
                  "train fewer seeds at once")  # fmt: skip
@@ -189,8 +187,8 @@ def _pretrain(agent, backbone_name, dataset, data, cfg, sampler, steps, seeds, o
         states, _ = load_checkpoint(out, old)
     else:
         init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys)
-        states = eqx.filter_vmap(lambda k: init_state(k, backbone_name, data.obs_dim, data.action_dim, cfg))(init_keys)
-    names = metric_names(backbone_name, cfg, sampler, data.obs_dim, data.action_dim)
+        states = eqx.filter_vmap(lambda k: init_state(k, backbone, data.obs_dim, data.action_dim, cfg))(init_keys)
+    names = metric_names(backbone, cfg, sampler, data.obs_dim, data.action_dim)
     done = start = int(np.asarray(states.step)[0])
     history: list[dict] = []
     chunk_fns: dict[int, Callable] = {}
@@ -198,7 +196,7 @@ def _pretrain(agent, backbone_name, dataset, data, cfg, sampler, steps, seeds, o
     first, saved = True, old  # `saved`: the metadata of the last checkpoint written (or found, when already done)
     while done < steps:
         n = min(chunk_steps, steps - done)
-        fn = chunk_fns.setdefault(n, make_chunk(backbone_name, cfg, sampler, n))
+        fn = chunk_fns.setdefault(n, make_chunk(backbone, cfg, sampler, n))
         t0 = time.perf_counter()
         new_states, summary = fn(states, seed_keys, data)
         finite = np.asarray(summary["finite"])  # (seeds, n, terms)

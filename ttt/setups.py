@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ttt import select as _select
-from ttt.agents import get_backbone
-from ttt.checkpoint import backbone_config, check_compatible, dataset_hash, load_checkpoint, read_meta, sampler_config
+from ttt.agents.common import Backbone
+from ttt.checkpoint import Checkpoint, check_compatible, dataset_hash, open_checkpoint
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.envs import has_jax_env, make_env
@@ -48,7 +48,7 @@ def default_bucket() -> int | None:
 
 def make_setup(
     variant: str,
-    backbone: str,
+    backbone: Backbone,
     cfg: Any,
     sampler,
     spec,
@@ -81,7 +81,8 @@ def make_setup(
     bucket: int | None | str = "auto",
     label: Callable[[str], str] = str,
 ) -> EvalSetup:
-    """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` with config `cfg`.
+    """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` (a `ttt.agents.Backbone` record, e.g.
+    `ttt.get_backbone("gcbc")` or a checkpoint's `open_checkpoint(dir).backbone`) with config `cfg`.
 
     **Arguments** (the defaults are `ttt eval`'s):
     - `variant`: 'base' (no TTT: the settings below are ignored), 'ttt' (GC-TTT, the backbone's critic ranks the
@@ -193,11 +194,11 @@ def make_setup(
         why = "" if rule is not None else f" (the default of variant {variant})"
         raise TttError(f"transforms.select: a select transform of your own applies to rule 'paper' only, but this "
                        f"setup's rule is {ttt.select.rule_used!r}{why}; pass rule='paper'")  # fmt: skip
-    if variant == "ttt" and not get_backbone(backbone).has_value(cfg):
-        raise TttError(f"variant ttt needs a value function, which this {backbone} agent lacks; use ttt-mc")
-    if relevance == "value" and not get_backbone(backbone).has_value(cfg):
-        raise TttError(f"{label('relevance')} 'value' needs a value function, which this {backbone} agent lacks; use "
-                       "relevance 'distance'")  # fmt: skip
+    if variant == "ttt" and not backbone.has_value(cfg):
+        raise TttError(f"variant ttt needs a value function, which this {backbone.name} agent lacks; use ttt-mc")
+    if relevance == "value" and not backbone.has_value(cfg):
+        raise TttError(f"{label('relevance')} 'value' needs a value function, which this {backbone.name} agent lacks; "
+                       "use relevance 'distance'")  # fmt: skip
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms, graph)
 
 
@@ -287,7 +288,7 @@ class _Numbers:
 
 
 def ttgs_config(
-    backbone: str,
+    backbone: Backbone,
     cfg: Any,
     ttgs: TTGSConfig | dict | None,
     label: Callable[[str], str] = str,
@@ -297,7 +298,7 @@ def ttgs_config(
     for a backbone on `dataset`: distance 'value' by default where it has a value function, else 'l2'; `tau` and
     `threshold` by default the published ones for the dataset (`ttt.graph.published_tau_threshold`); a bad field
     raises `TttError`."""
-    has_value = get_backbone(backbone).has_value(cfg)
+    has_value = backbone.has_value(cfg)
     if not isinstance(ttgs, TTGSConfig):
         fields = dict(ttgs or {})
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(TTGSConfig)})
@@ -310,7 +311,7 @@ def ttgs_config(
             elif _real(v) is not None and not isinstance(v, int | float):
                 fields[k] = _real(v)
         fields.setdefault("distance", "value" if has_value else "l2")
-        tau, threshold = published_tau_threshold(backbone, dataset)
+        tau, threshold = published_tau_threshold(backbone.name, dataset)
         fields.setdefault("tau", tau)
         fields.setdefault("threshold", threshold)
         try:
@@ -318,31 +319,32 @@ def ttgs_config(
         except (TypeError, ValueError) as e:
             raise TttError(f"{label('ttgs')}: {e}") from None
     if ttgs.distance == "value" and not has_value:
-        raise TttError(f"{label('ttgs')}: distance 'value' needs a value function, which this {backbone} agent "
-                       "lacks; use distance 'l2'")  # fmt: skip
+        raise TttError(f"{label('ttgs')}: distance 'value' needs a value function, which this {backbone.name} "
+                       "agent lacks; use distance 'l2'")  # fmt: skip
     return ttgs
 
 
 def checkpoint_setup(
-    meta: dict,
+    checkpoint: Checkpoint,
     variant: str = "base",
     *,
     dataset: str | None = None,
     where: str | None = None,
     **settings,
 ) -> EvalSetup:
-    """The `EvalSetup` of `variant` for the checkpoint whose metadata is `meta` (`ttt.pretrain.read_meta`): its
-    backbone and configs read from the checkpoint, the dataset's spec and episode length, then `make_setup`. The one
-    resolver from a checkpoint to an evaluation: `load_run`, `ttt eval` and the pipeline's evaluation stage call it.
+    """The `EvalSetup` of `variant` for a `Checkpoint` (`ttt.open_checkpoint`): its backbone record and configs as
+    the checkpoint holds them, the dataset's spec and episode length, then `make_setup`. The resolver from a
+    checkpoint to an evaluation for `load_run` and `ttt eval` (a pipeline row's setup is made once, in its plan).
 
     **Arguments:** `dataset`: evaluate on another dataset of the same sizes (default: the checkpoint's); `where`:
     how errors name the checkpoint (default: its dataset); `**settings`: `make_setup`'s keywords (K, N, ...,
     `backend`, `transforms`, `label`)."""
-    dataset = meta["dataset"] if dataset is None else dataset
+    dataset = checkpoint.dataset if dataset is None else dataset
     spec = get_spec(dataset)
-    check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, where or f"the checkpoint of {meta['dataset']}")
-    cfg, sampler = backbone_config(meta), sampler_config(meta)
-    return make_setup(variant, meta["backbone"], cfg, sampler, spec, max_episode_steps(spec.env_id), **settings)
+    where = where or f"the checkpoint of {checkpoint.dataset}"
+    checkpoint.check_compatible(dataset, spec.ob_dim, spec.action_dim, where)
+    return make_setup(variant, checkpoint.backbone, checkpoint.cfg, checkpoint.sampler, spec,
+                      max_episode_steps(spec.env_id), **settings)  # fmt: skip
 
 
 def load_run(
@@ -371,8 +373,9 @@ def load_run(
     rule 'episodes', ...: `ttt.select.IGNORED_BY_RULE`), raises `TttError` naming it and the valid ones.
     """
     _check_settings(settings)
-    meta = read_meta(checkpoint)
-    setup = checkpoint_setup(meta, variant, dataset=dataset, where=str(checkpoint), backend=backend,
+    ck = open_checkpoint(checkpoint)
+    meta = dict(ck.meta)
+    setup = checkpoint_setup(ck, variant, dataset=dataset, where=str(checkpoint), backend=backend,
                              transforms=transforms, **settings)  # fmt: skip
     dataset, spec = setup.spec.name, setup.spec
     check_read_by_rule(setup, settings)
@@ -384,7 +387,7 @@ def load_run(
                        "variant 'ttt', a critic; 'mc-episodes' needs 'ttt-mc')")  # fmt: skip
     data, _ = checkpoint_data(meta, dataset, data_dir)
     check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(checkpoint), dataset_hash(data))
-    states, _ = load_checkpoint(checkpoint, meta)
+    states = ck.load()
     env = make_env(spec.env_id, backend=backend) if has_jax_env(spec.env_id) else None
     return setup, states.agent, data, env
 

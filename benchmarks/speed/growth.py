@@ -44,6 +44,8 @@ from ttt.presets import make_configs  # noqa: E402
 from ttt.pretrain import init_state  # noqa: E402
 from ttt.select import SelectConfig, select_round  # noqa: E402
 
+GCBC = get_backbone("gcbc")
+
 NAV = "pointmaze-medium-navigate-v0"
 
 
@@ -121,9 +123,9 @@ def adapt_sweep(Ns, widths, repeats) -> dict:
         for v in values:
             n, w = (v, 256) if kind == "N" else (100, v)
             cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (w, w), "value_hidden_dims": (w, w)})
-            agent = init_state(jax.random.key(0), "gcbc", 2, 2, cfg).agent
+            agent = init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent
             ttt = TTTConfig(K=100, select=SelectConfig(mode="mc"), finetune=FinetuneConfig(steps=n))
-            prepare, adapt, _ = make_round_fns("gcbc", cfg, sampler, spec, ttt)
+            prepare, adapt, _ = make_round_fns(GCBC, cfg, sampler, spec, ttt)
             tables = jax.jit(prepare)(agent, data, goal)
             f = eqx.filter_jit(lambda a, k, d, t, o, g, adapt=adapt: adapt(a, None, k, d, t, o, g)[0])
             t = timed(f, agent, jax.random.key(1), data, tables, obs, goal, repeats=repeats)

@@ -145,13 +145,14 @@ def eval_cmd(
         interrupt_note("nothing is saved: ttt eval keeps its results only with --json FILE (a rerun with the same "
                        "--json resumes at the first unfinished variant)")  # fmt: skip
 
-    from ttt.checkpoint import check_compatible, dataset_hash, load_checkpoint, read_meta
+    from ttt.checkpoint import dataset_hash, open_checkpoint
     from ttt.data.specs import get_spec
-    from ttt.envs import NO_MJX, has_jax_env
+    from ttt.envs import resolve_driver
     from ttt.evaluation import evaluate
     from ttt.setups import VARIANTS
 
-    meta = read_meta(checkpoint)
+    ck = open_checkpoint(checkpoint)  # read and verified once
+    meta = dict(ck.meta)
     try:
         task_ids = tuple(int(t) for t in tasks.split(","))
     except ValueError:
@@ -171,7 +172,7 @@ def eval_cmd(
         raise TttError("--critic oracle replaces the learned critic of variant ttt; add ttt to --variants")
     dataset = meta["dataset"] if dataset is None else dataset
     spec = get_spec(dataset)
-    check_compatible(meta, dataset, spec.ob_dim, spec.action_dim, checkpoint)
+    ck.check_compatible(dataset, spec.ob_dim, spec.action_dim, checkpoint)
     bad_tasks = [t for t in task_ids if not 1 <= t <= 5]
     if bad_tasks:
         raise TttError(f"--tasks: task {bad_tasks[0]} does not exist in {spec.env_id}; valid: 1..5")
@@ -179,18 +180,7 @@ def eval_cmd(
         raise TttError(f"--tasks must be distinct task ids in 1..5, got '{tasks}'")
     if not 0 <= seed < 2**63:
         raise TttError(f"--seed must be in [0, 2^63), got {seed}")
-    if driver == "auto":
-        driver = "compiled" if has_jax_env(spec.env_id) else "host"
-    elif driver == "compiled" and not has_jax_env(spec.env_id):
-        raise TttError(f"--driver compiled: {spec.env_id} has no in-program environment; use --driver host")
-    if backend == "mjx" and driver == "host":
-        raise TttError(
-            f"--backend mjx is the physics of the compiled driver; {spec.env_id} runs on the host driver "
-            "(OGBench's gym env, C MuJoCo): leave out --backend or use --backend mujoco"
-        )
-    if backend == "mjx" and spec.env_id in NO_MJX:
-        raise TttError(f"--backend mjx: {spec.env_id} runs on C MuJoCo only ({NO_MJX[spec.env_id]}); leave out "
-                       "--backend or use --backend mujoco")  # fmt: skip
+    driver = resolve_driver(driver, backend, spec.env_id, say=lambda name, value: f"--{name} {value}")
     if json_out:
         from ttt.storage import writable_file
 
@@ -203,7 +193,7 @@ def eval_cmd(
                     bucket="auto" if bucket is None else bucket or None)  # fmt: skip
     option = lambda name: "--" + name.replace("_", "-")  # noqa: E731  (errors name the command line's options)
     setups = {
-        name: checkpoint_setup(meta, name, dataset=dataset, where=checkpoint, backend=backend, label=option,
+        name: checkpoint_setup(ck, name, dataset=dataset, where=checkpoint, backend=backend, label=option,
                                **settings)
         for name in names
     }  # fmt: skip
@@ -218,8 +208,8 @@ def eval_cmd(
     if directory is None and found is not None:
         click.echo(f"data: {dataset} from {found} (the copy this checkpoint was trained on, in the ttt run cache; "
                    "--dir overrides)")  # fmt: skip
-    check_compatible(meta, dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
-    states, meta = load_checkpoint(checkpoint, meta)
+    ck.check_compatible(dataset, data.obs_dim, data.action_dim, checkpoint, dataset_hash(data))
+    states = ck.load()
     import jax
 
     from ttt.storage import read_json
@@ -246,15 +236,15 @@ def eval_cmd(
     # same --json keeps the variants it finished (an interrupted evaluation resumes at the next variant).
     from ttt.storage import digest
 
-    ck = dict(state=meta.get("state_sha256") or meta["state_file"], step=meta["step"], data=meta["dataset_hash"])
+    identity = dict(state=meta.get("state_sha256") or meta["state_file"], step=meta["step"], data=meta["dataset_hash"])
     old = read_json(json_out) if json_out else None
     old_variants = old.get("variants", {}) if isinstance(old, dict) and isinstance(old.get("variants"), dict) else {}
     for name, setup in setups.items():
         # Neither the value pass nor the bucket changes a result: keyed as constants (bucket as the CPU default, 1, so
         # a file written before the default followed the backend keeps its key), so a file resumes on any machine.
         ttt_key = None if setup.ttt is None else {**_ttt_doc(setup), "value_cap": None, "bucket": 1}
-        vkey = digest(dict(checkpoint=ck, variant=name, tasks=task_ids, episodes=episodes, seed=seed, driver=driver,
-                            backend=backend, ttt=ttt_key))  # fmt: skip
+        vkey = digest(dict(checkpoint=identity, variant=name, tasks=task_ids, episodes=episodes, seed=seed,
+                           driver=driver, backend=backend, ttt=ttt_key))  # fmt: skip
         prev = old_variants.get(name)
         if isinstance(prev, dict) and prev.get("key") == vkey and "success" in prev:
             doc["variants"][name] = prev

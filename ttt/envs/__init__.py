@@ -69,6 +69,33 @@ def has_mjx(env_id: str) -> bool:
     return env_id in MJX_ENVS
 
 
+DRIVERS = ("auto", "compiled", "host")
+
+
+def resolve_driver(driver: str, backend: str, env_id: str, say=lambda name, value: f"{name} = '{value}'") -> str:
+    """The driver an evaluation of `env_id` runs on: 'auto' resolved ('compiled' where an in-program env exists,
+    else 'host'), checked with the physics `backend`: 'compiled' needs an in-program env, 'mjx' is the compiled
+    driver's physics and exists only for `MJX_ENVS`. The one place these rules live (a pipeline's plan and `ttt eval`
+    call it); a mistake is a one-line `TttError`, `say(name, value)` naming the setting as the caller spells it
+    (`backend = 'mjx'` in a pipeline, `--backend mjx` on the command line)."""
+    from ttt.errors import TttError
+
+    if driver not in DRIVERS:
+        raise TttError(f"{say('driver', driver)} is not a driver; valid: {', '.join(DRIVERS)}")
+    if driver == "compiled" and not has_jax_env(env_id):
+        raise TttError(f"{say('driver', 'compiled')}: {env_id} has no in-program environment; use "
+                       f"{say('driver', 'host')} or {say('driver', 'auto')}")  # fmt: skip
+    if driver == "auto":
+        driver = "compiled" if has_jax_env(env_id) else "host"
+    if backend == "mjx" and driver == "host":
+        raise TttError(f"{say('backend', 'mjx')} is the physics of the compiled driver, but {env_id} runs on the host "
+                       f"driver here (OGBench's gym env, C MuJoCo); use {say('backend', 'mujoco')}")  # fmt: skip
+    if backend == "mjx" and env_id in NO_MJX:
+        raise TttError(f"{say('backend', 'mjx')}: {env_id} runs on C MuJoCo only ({NO_MJX[env_id]}); use "
+                       f"{say('backend', 'mujoco')}")  # fmt: skip
+    return driver
+
+
 def make_env(env_id: str, backend: str = "mujoco") -> Env:
     """The JAX env of gymnasium id ``env_id`` with physics ``backend`` ('mujoco' or, for ``MJX_ENVS``, 'mjx')."""
     import importlib

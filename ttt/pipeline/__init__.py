@@ -12,7 +12,6 @@ from ttt.pipeline.config import parse_sets as parse_sets
 from ttt.pipeline.config import select_runs as select_runs
 from ttt.pipeline.keys import cache_root as cache_root
 from ttt.pipeline.plan import RunPlan as RunPlan
-from ttt.pipeline.plan import make_eval_setup as make_eval_setup
 from ttt.pipeline.plan import plan_run as plan_run
 from ttt.pipeline.plan import validate_run as validate_run
 from ttt.pipeline.report import combine as combine
@@ -22,7 +21,6 @@ from ttt.pipeline.run import RunOutcome as RunOutcome
 from ttt.pipeline.run import run_pipeline as run_pipeline
 from ttt.pipeline.settings import relevance_everywhere as relevance_everywhere
 from ttt.pipeline.settings import select_random_rank as select_random_rank
-from ttt.pipeline.stages import Checkpoint as Checkpoint
 from ttt.pipeline.stages import ensure_checkpoint as ensure_checkpoint
 from ttt.pipeline.stages import ensure_data as ensure_data
 from ttt.pipeline.stages import evaluate_run as evaluate_run

@@ -28,8 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ttt.data.specs import SPECS, get_spec
-from ttt.envs import NO_MJX, has_jax_env
+from ttt.data.specs import SPECS
 from ttt.errors import TttError
 from ttt.presets import AGENTS, PROFILES
 from ttt.select import IGNORED_BY_RULE
@@ -370,14 +369,7 @@ def _check_combination(r: dict, where: str) -> None:
         why = " (the default of variant ttt)" if r["rule"] is None else ""
         raise TttError(f"{where}: H, noise_alpha and selection ablations apply to rule 'paper', got rule "
                        f"{rule!r}{why}; set rule = 'paper'")  # fmt: skip
-    _check_grid_read(r, rule, where)
-    if r["driver"] == "compiled":
-        env_id = get_spec(r["dataset"]).env_id
-        if not has_jax_env(env_id):
-            raise TttError(
-                f"{where}: driver = 'compiled': {env_id} has no in-program environment; use 'host' or 'auto'"
-            )
-    _check_backend(r, where)
+    _check_grid_read(r, rule, where)  # the driver and backend: checked with the plan (`ttt.envs.resolve_driver`)
 
 
 def _check_grid_read(r: dict, rule: str, where: str) -> None:
@@ -393,21 +385,6 @@ def _check_grid_read(r: dict, rule: str, where: str) -> None:
                f"{', '.join(unread)}")  # fmt: skip
         raise TttError(f"{where}: grid over {', '.join(unread)}: {why}, so every grid row would be the same; drop it "
                        "from the grid or set a rule that reads it (docs/algorithm.md)")  # fmt: skip
-
-
-def _check_backend(r: dict, where: str) -> None:
-    """backend = 'mjx' is the compiled driver's physics: refuse it where the run uses the host driver, and where the
-    environment's in-program env has no MJX backend (the ant mazes, cube-single)."""
-    env_id = get_spec(r["dataset"]).env_id
-    host = r["driver"] == "host" or (r["driver"] == "auto" and not has_jax_env(env_id))
-    if r["backend"] == "mjx" and host:
-        raise TttError(
-            f"{where}: backend = 'mjx' is the physics of the compiled driver, but {env_id} runs on the host driver "
-            "here (OGBench's gym env, C MuJoCo); use backend = 'mujoco'"
-        )
-    if r["backend"] == "mjx" and env_id in NO_MJX:
-        raise TttError(f"{where}: backend = 'mjx': {env_id} runs on C MuJoCo only ({NO_MJX[env_id]}); use backend = "
-                       "'mujoco'")  # fmt: skip
 
 
 def effective_rule(r: dict) -> str:

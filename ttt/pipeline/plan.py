@@ -4,9 +4,11 @@ typed, immutable `RunPlan`, checked when it is made, which every stage then cons
     run (dict) --plan_run--> RunPlan(data: DataPlan, train: TrainPlan, eval: EvalPlan)
         ensure_data(plan)                          -> the dataset's directory
         load_data(plan)                            -> the Dataset
-        ensure_checkpoint(plan, data, data_hash)   -> the Checkpoint (its directory and metadata, read once)
+        ensure_checkpoint(plan, data, data_hash)   -> the `ttt.checkpoint.Checkpoint` (read and verified once)
         evaluate_run(plan, checkpoint, data)       -> the record (results.json's row)
 
+A plan holds resolved values, not names: the dataset's `DatasetSpec`, the `Backbone` record and its configs, the
+validated `EvalSetup` (made once, by `ttt.setups.make_setup`, which checks every evaluation setting) and the driver.
 What a plan cannot know before the stages run is the dataset's content hash and the checkpoint's content: the
 checkpoint key and the evaluation key are functions of the plan and those (`ttt.pipeline.keys`). `plan_run` makes
 every check that needs no data or training (what `ttt run --dry-run` checks, and `ttt run` before the first stage).
@@ -20,21 +22,20 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from ttt.agents import get_backbone
+from ttt.agents.common import Backbone
 from ttt.data.generate import generation_bytes
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec, get_spec
-from ttt.envs import has_jax_env
+from ttt.envs import resolve_driver
 from ttt.envs.gym import max_episode_steps
 from ttt.episode import Transforms
 from ttt.errors import TttError
 from ttt.evaluation import EvalSetup, check_eval_memory
-from ttt.finetune import FinetuneConfig, finetune_backbone_config
-from ttt.pipeline.config import CRITIC_VARIANTS, Pipeline, effective_rule
+from ttt.pipeline.config import Pipeline, effective_rule
 from ttt.pipeline.keys import cache_root, data_dir, eval_settings
 from ttt.pipeline.settings import relevance_everywhere, select_random_rank
-from ttt.presets import get_agent, get_profile, make_configs
-from ttt.setups import checkpoint_setup, make_setup, ttgs_config
+from ttt.presets import agent_backbone, get_profile, make_configs
+from ttt.setups import make_setup
 from ttt.storage import check_memory
 
 
@@ -60,10 +61,10 @@ class DataPlan:
 
 @dataclasses.dataclass(frozen=True)
 class TrainPlan:
-    """Stage 2, pre-training: the agent, its resolved backbone and sampler configs, the steps and seeds."""
+    """Stage 2, pre-training: the agent, its backbone record and resolved configs, the steps and seeds."""
 
     agent: str
-    backbone: str
+    backbone: Backbone
     profile: str
     cfg: Any  # the backbone's Config (profile, preset and the run's agent_config applied)
     sampler: SamplerConfig
@@ -77,10 +78,10 @@ class TrainPlan:
 
 @dataclasses.dataclass(frozen=True)
 class EvalPlan:
-    """Stage 3, evaluation: the variant, the settings its `EvalSetup` is made of, and the episodes."""
+    """Stage 3, evaluation: the variant, its validated `EvalSetup`, and the episodes."""
 
     variant: str
-    settings: Mapping[str, Any]  # `ttt.setups.make_setup`'s keywords (K, N, ..., backend, transforms)
+    setup: EvalSetup  # made once by `ttt.setups.make_setup` from the train plan's backbone and configs
     driver: str  # 'compiled' or 'host' (the run's 'auto' resolved)
     episodes: int  # per task and seed
     tasks: tuple[int, ...]
@@ -103,9 +104,9 @@ class RunPlan:
 
 def plan_run(run: dict, cache: str | Path | None = None) -> RunPlan:
     """Resolve a run (a row of a loaded pipeline) into its `RunPlan`, making every check that needs no data or
-    training: the backbone config overrides (keys, types, ranges), sizes the machine's memory cannot hold, and for
-    TTT rows the period K against the episode length, the need for a value function and fine-tuning's settings.
-    `cache`: the cache directory (default: `cache_root()`)."""
+    training: the backbone config overrides (keys, types, ranges), sizes the machine's memory cannot hold, and every
+    evaluation setting (`make_setup`'s checks: the period K against the episode length, the need for a value
+    function, fine-tuning's settings, ...). `cache`: the cache directory (default: `cache_root()`)."""
     where = f"run {run['name']}"
     cache = cache_root(cache)
     spec = get_spec(run["dataset"])
@@ -126,27 +127,18 @@ def validate_run(run: dict) -> None:
     plan_run(run)
 
 
-def make_eval_setup(plan: RunPlan, ckpt: Path, meta: dict) -> EvalSetup:
-    """The `EvalSetup` of `plan` for the checkpoint `ckpt` whose metadata is `meta` (its backbone and configs: a
-    checkpoint the run names may differ from the plan's), by the resolver `ttt eval` and `ttt.load_run` use."""
-    try:
-        return checkpoint_setup(meta, plan.eval.variant, dataset=plan.data.name, where=str(ckpt),
-                                **plan.eval.settings)  # fmt: skip
-    except TttError as e:
-        raise TttError(f"run {plan.name}: {e}") from None
-
-
 def _train_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> TrainPlan:
     checkpoint = None if run["checkpoint"] is None else Path(run["checkpoint"]).expanduser()
     if checkpoint is not None:  # the configs are the checkpoint's (an imported one has no preset or profile)
-        from ttt.checkpoint import backbone_config, read_meta, sampler_config
+        from ttt.checkpoint import backbone_config, meta_backbone, read_meta, sampler_config
 
         try:
             meta = read_meta(checkpoint)
-            cfg, sampler = backbone_config(meta), sampler_config(meta)
+            backbone = meta_backbone(meta)
+            cfg, sampler = backbone_config(meta, backbone), sampler_config(meta)
         except TttError as e:
             raise TttError(f"{where}: checkpoint: {e}") from None
-        return TrainPlan(meta["agent"], meta["backbone"], str(meta.get("profile") or run["profile"]), cfg, sampler,
+        return TrainPlan(meta["agent"], backbone, str(meta.get("profile") or run["profile"]), cfg, sampler,
                          meta.get("step", 0), meta["seeds"], run["train_seed"], run["train_chunk"], checkpoint,
                          cache / "ckpt" / spec.name)  # fmt: skip
     try:
@@ -154,7 +146,7 @@ def _train_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> TrainP
     except TttError as e:
         raise TttError(f"{where}: agent_config: {e}") from None
     steps = get_profile(run["profile"]).steps if run["steps"] is None else run["steps"]
-    return TrainPlan(run["agent"], get_agent(run["agent"]).backbone, run["profile"], cfg, sampler, steps, run["seeds"],
+    return TrainPlan(run["agent"], agent_backbone(run["agent"]), run["profile"], cfg, sampler, steps, run["seeds"],
                      run["train_seed"], run["train_chunk"], checkpoint, cache / "ckpt" / spec.name)  # fmt: skip
 
 
@@ -173,45 +165,24 @@ def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, w
                  "every seed and task)", "ask for fewer episodes")  # fmt: skip
     settings: dict[str, Any] = dict(backend=run["backend"], transforms=Transforms())
     if run["variant"] not in ("base", "ttgs"):
-        _check_ttt(run, spec, train, max_steps, where)
         settings.update(_ttt_settings(run))
     if run["variant"] in ("ttgs", "ttt+ttgs"):  # graph search's settings, checked against the backbone
-        ttgs_config(train.backbone, train.cfg, run["ttgs"], lambda _: f"{where}: ttgs", spec.name)
         settings["ttgs"] = dict(run["ttgs"])
-    try:  # the evaluation's setup as the plan's configs make it: every setting's type and range, and the memory of
-        # one compiled call (fine-tuning batches, TTGS graphs), before any data or training
+    try:  # the evaluation's setup, made and checked once (every setting's type and range, against the backbone and
+        # the episode length), and the memory of one compiled call (fine-tuning batches, TTGS graphs)
         setup = make_setup(run["variant"], train.backbone, train.cfg, train.sampler, spec, max_steps, **settings)
         check_eval_memory(setup, n, run["chunk"])
+        driver = resolve_driver(run["driver"], run["backend"], spec.env_id)
     except TttError as e:
         raise TttError(f"{where}: {e}") from None
-    driver = run["driver"]
-    if driver == "auto":
-        driver = "compiled" if has_jax_env(spec.env_id) else "host"
     key = MappingProxyType(eval_settings(run, spec.env_id))
-    return EvalPlan(run["variant"], MappingProxyType(settings), driver, run["episodes"], tuple(run["tasks"]),
+    return EvalPlan(run["variant"], setup, driver, run["episodes"], tuple(run["tasks"]),
                     run["eval_seed"], run["chunk"], run["figure"], key)  # fmt: skip
 
 
 def eval_bytes_of(n: int, max_steps: int, spec: DatasetSpec) -> int:
     """The host memory the results of `n` episodes take (`ttt.evaluation.eval_bytes`), before any setup exists."""
     return 2 * n * max_steps * spec.ob_dim * 4
-
-
-def _check_ttt(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, where: str) -> None:
-    """A TTT row's checks against the backbone and the environment, before any training."""
-    if not 1 <= run["K"] <= max_steps:
-        raise TttError(f"{where}: K must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {run['K']}")
-    backbone = get_backbone(train.backbone)
-    if (run["variant"] in CRITIC_VARIANTS or run["relevance"] == "value") and not backbone.has_value(train.cfg):
-        raise TttError(f"{where}: variant {run['variant']} needs a value function, which {run['agent']} lacks; use "
-                       "variant ttt-mc with relevance 'distance'")  # fmt: skip
-    try:  # the one check of ft_alpha against the backbone (fine-tuning's own)
-        finetune_backbone_config(backbone.name, train.cfg, FinetuneConfig(alpha=run["ft_alpha"]))
-    except ValueError:
-        raise TttError(f"{where}: ft_alpha is the BC weight of a DDPG+BC or AWR actor loss; {run['agent']} has none "
-                       "(valid for gciql, gciql-awr, qrl)") from None  # fmt: skip
-    if run["batch"] is not None and run["batch"] < 1:
-        raise TttError(f"{where}: batch must be >= 1, got {run['batch']}")
 
 
 def _ttt_settings(run: dict) -> dict[str, Any]:

@@ -6,7 +6,6 @@ at its last finished task). A corrupt cache entry is reported through `echo` and
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import time
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ttt.checkpoint import check_compatible, config_dict, load_checkpoint, read_meta, verify_checkpoint
+from ttt.checkpoint import Checkpoint, check_compatible, config_dict, open_checkpoint, read_meta
 from ttt.data.expert import NumpyExpert, load_actor
 from ttt.data.files import load
 from ttt.data.generate import generate as gen
@@ -23,22 +22,13 @@ from ttt.envs import make_env
 from ttt.errors import TttError
 from ttt.evaluation import evaluate, ttgs_cost_note
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
-from ttt.pipeline.keys import checkpoint_dir, checkpoint_identity, checkpoint_ref, eval_key
-from ttt.pipeline.plan import RunPlan, TrainPlan, make_eval_setup
+from ttt.pipeline.keys import checkpoint_dir, checkpoint_ref, eval_key
+from ttt.pipeline.plan import RunPlan, TrainPlan
 from ttt.pretrain import pretrain
 from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, read_json
 
 Echo = Callable[[str], None]
 BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """The pre-training stage's artifact: a checkpoint directory and its metadata (`meta.json`), read once and
-    handed on to the evaluation stage."""
-
-    path: Path
-    meta: dict
 
 
 def ensure_data(plan: RunPlan, generate: bool, bar: BarFactory, echo: Echo) -> Path:
@@ -107,13 +97,14 @@ def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: Bar
                 f"checkpoint {out} (run {plan.name}) does not exist; `ttt pretrain --out {out}` produces one, or "
                 "remove `checkpoint` to let the 'pretrain' stage train and cache it"
             )
-        meta = read_meta(out)
-        check_compatible(meta, dataset, data.obs_dim, data.action_dim, str(out), data_hash)
-        return Checkpoint(out, meta)
-    meta = _cached_meta(out, echo)
-    if meta is not None and meta.get("step", 0) >= t.steps:
+        ck = open_checkpoint(out)
+        ck.check_compatible(dataset, data.obs_dim, data.action_dim, str(out), data_hash)
+        return ck
+    cached = _cached_checkpoint(out, echo)
+    if cached is not None and cached.meta.get("step", 0) >= t.steps:
         echo(f"  pretrain: from the cache ({out})")
-        return Checkpoint(out, meta)
+        return cached
+    meta = None if cached is None else cached.meta
     if not train:
         raise TttError(
             f"no checkpoint of {t.agent} on {dataset} ({t.profile} profile, {t.steps} steps, "
@@ -132,7 +123,7 @@ def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: Bar
         result = pretrain(t.agent, dataset, data, t.cfg, t.sampler, t.steps, t.seeds, out, chunk_steps=t.chunk,
                           seed=t.seed, profile=t.profile,
                           progress=lambda done, total, means, rate: b(done, total))  # fmt: skip
-    return Checkpoint(out, result.meta)
+    return open_checkpoint(out, result.meta)
 
 
 def check_checkpoint_data(plan: RunPlan) -> str:
@@ -164,15 +155,13 @@ def check_checkpoint_data(plan: RunPlan) -> str:
     return f"checkpoint {t.checkpoint} (step {meta.get('step')}) matches its data in {p.directory}"
 
 
-def _cached_meta(out: Path, echo: Echo) -> dict | None:
-    """The metadata of the cache's checkpoint in `out`, verified; None when there is none. A corrupt one is
-    reported and removed (the cache's own: it is trained again)."""
+def _cached_checkpoint(out: Path, echo: Echo) -> Checkpoint | None:
+    """The cache's checkpoint in `out`, read and verified; None when there is none. A corrupt one is reported and
+    removed (the cache's own: it is trained again)."""
     if not (out / "meta.json").exists():
         return None
     try:
-        meta = read_meta(out)
-        verify_checkpoint(out, meta)
-        return meta
+        return open_checkpoint(out)
     except TttError as e:  # a cache entry: report it and train it again
         echo(f"  pretrain: cached checkpoint is corrupt ({str(e).split('; delete')[0]}); training it again")
         shutil.rmtree(out)
@@ -199,10 +188,9 @@ def shorter_checkpoint(train: TrainPlan, out: Path, data_hash: str) -> Checkpoin
             best_step = 0 if best is None else best.meta["step"]
             if have != want or not best_step < m.get("step", 0) < train.steps:
                 continue
-            verify_checkpoint(d, m)
+            best = open_checkpoint(d, m)
         except (TttError, KeyError):
             continue  # unreadable or corrupt: not a starting point
-        best = Checkpoint(d, m)
     return best
 
 
@@ -255,7 +243,7 @@ def evaluate_run(
     cache directory of records that every pipeline writes to), is reused instead of evaluated again; the row's name
     is then appended to `cached`."""
     run, ev = dict(plan.run), plan.eval
-    ckpt, meta = checkpoint.path, checkpoint.meta
+    ckpt, meta = checkpoint.path, dict(checkpoint.meta)
     key = eval_key(plan, ckpt, meta)
     record_path = out / "evals" / f"{file_name(plan.name, 'run name')}-{key}.json"
     if record_path.exists():
@@ -274,9 +262,8 @@ def evaluate_run(
         if cached is not None:
             cached.append(plan.name)
         return reused
-    setup = make_eval_setup(plan, ckpt, meta)
-    driver = ev.driver
-    states, meta = load_checkpoint(ckpt, meta)
+    setup, driver = _checked_setup(plan, checkpoint), ev.driver
+    states = checkpoint.load()
     partial = out / "evals" / f".partial-{key}"
     reuse = states.opt_state if setup.ttt is not None and setup.ttt.finetune.reuse_opt_state else None
     per_task = []
@@ -315,7 +302,7 @@ def evaluate_run(
                     driver=driver,
                     batch_size=ev.chunk,
                     progress=lambda d, n, base=done: b(base + d, total),
-                    env=envs.get(setup.spec.env_id, ev.settings["backend"]) if driver == "compiled" else None,
+                    env=envs.get(setup.spec.env_id, setup.backend) if driver == "compiled" else None,
                 )
                 arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
                 arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
@@ -343,7 +330,7 @@ def evaluate_run(
         checkpoint_step=meta["step"],
         # the state's sha256 and the training data's digest: the same configuration pre-trained on another machine can
         # differ (XLA's CPU code depends on the CPU), so rows compare as paired only on the same digests (ttt.stats)
-        checkpoint_sha256=checkpoint_identity(ckpt, meta)["state"],
+        checkpoint_sha256=checkpoint.digest,
         dataset_hash=meta.get("dataset_hash"),
         profile=meta.get("profile"),
         rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
@@ -378,6 +365,17 @@ def evaluate_run(
         f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
     )
     return record
+
+
+def _checked_setup(plan: RunPlan, checkpoint: Checkpoint):
+    """The plan's `EvalSetup`, made with the plan's backbone and configs: the checkpoint's must be the same (a
+    checkpoint the run names was read when the plan was made; one replaced since then is refused, not evaluated with
+    the wrong networks)."""
+    t = plan.train
+    if (checkpoint.backbone, checkpoint.cfg, checkpoint.sampler) != (t.backbone, t.cfg, t.sampler):
+        raise TttError(f"run {plan.name}: checkpoint {checkpoint.path} holds a {checkpoint.backbone.name} agent of "
+                       f"another config than the run was planned with (it changed since); run the pipeline again")
+    return plan.eval.setup
 
 
 def _device_kind() -> str:
