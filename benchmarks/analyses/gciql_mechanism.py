@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     setup, agents, data, env = ttt.load_run(a.ckpt, a.data_dir, variant="ttt", lr=a.lr, N=a.N, K=100)
-    if setup.backbone != "gciql" or getattr(setup.cfg, "actor_loss", "ddpgbc") != "ddpgbc":
-        print(f"gciql_mechanism: needs a GC-IQL DDPG+BC checkpoint, got {setup.backbone}", file=sys.stderr)
+    if setup.backbone.name != "gciql" or getattr(setup.cfg, "actor_loss", "ddpgbc") != "ddpgbc":
+        print(f"gciql_mechanism: needs a GC-IQL DDPG+BC checkpoint, got {setup.backbone.name}", file=sys.stderr)
         return 2
     alphas = [float(x) for x in a.alphas.split(",") if x] or [setup.cfg.alpha, 0.3, 3.0]
     n_seeds = jax.tree.leaves(eqx.filter(agents, eqx.is_array))[0].shape[0]

@@ -1,5 +1,6 @@
-"""Shared set-up of the speed benchmarks: a checkpoint, its dataset and an `EvalSetup` per variant, the machine's
-description, and a paper-style host loop (the structure of the paper's own evaluation code) for comparison."""
+"""Shared set-up of the speed benchmarks: a checkpoint (`ttt.open_checkpoint`, read and verified once), its dataset
+and an `EvalSetup` per variant (`ttt.setups.checkpoint_setup`), the machine's description, and a paper-style host loop
+(the structure of the paper's own evaluation code) for comparison."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
+from ttt.checkpoint import Checkpoint, open_checkpoint
 from ttt.data.files import load
-from ttt.data.specs import get_spec
 from ttt.envs.gym import make_gym_env as make_env
-from ttt.episode import TTTConfig, make_act, round_keys
+from ttt.episode import make_act, round_keys
 from ttt.evaluation import EvalSetup, episode_batch
-from ttt.finetune import FinetuneConfig, make_ttt_step
-from ttt.select import SelectConfig, select_round
+from ttt.finetune import make_ttt_step
+from ttt.select import select_round
+from ttt.setups import checkpoint_setup
 
 CKPT = "runs/base/cpu/pointmaze-medium-navigate-v0/gcbc"
 
@@ -36,20 +37,18 @@ def machine() -> dict:
                 jax=jax.__version__)  # fmt: skip
 
 
-def load_all(ckpt: str = CKPT):
-    meta = read_meta(ckpt)
-    states, meta = load_checkpoint(ckpt, meta)
-    data = load(meta["dataset"])
-    return meta, states, data
+def open_run(ckpt: str = CKPT) -> tuple[Checkpoint, object, object]:
+    """`(ck, states, data)`: the checkpoint read and verified once, its seed-stacked TrainState and its dataset (from
+    OGBench's directory)."""
+    ck = open_checkpoint(ckpt)
+    return ck, ck.load(), load(ck.dataset)
 
 
-def make_setup(meta, variant: str, K: int = 100, N: int = 100, lr: float = 3e-4, max_steps: int = 1000) -> EvalSetup:
-    ttt = None
-    if variant != "base":
-        mode = {"ttt": "critic", "ttt-mc": "mc"}[variant]
-        ttt = TTTConfig(K=K, select=SelectConfig(mode=mode), finetune=FinetuneConfig(steps=N, lr=lr))
-    spec = get_spec(meta["dataset"])
-    return EvalSetup(meta["backbone"], backbone_config(meta), sampler_config(meta), spec, ttt, max_steps)
+def variant_setup(ck: Checkpoint, variant: str, **settings) -> EvalSetup:
+    """`checkpoint_setup(ck, variant, **settings)` (`make_setup`'s keywords: K, N, lr, ...) with `bucket=1` unless
+    given: a batch's episodes fine-tune one after another, as every speed record here was measured (`TTTConfig`'s
+    default; `make_setup`'s 'auto' would pick the whole batch on a GPU)."""
+    return checkpoint_setup(ck, variant, **{"bucket": 1, **settings})
 
 
 def seed0(tree):

@@ -27,6 +27,7 @@ driver's environment share is OGBench's gymnasium step timed alone (`gym_step_ms
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -36,14 +37,10 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
+from ttt.checkpoint import open_checkpoint
 from ttt.data.files import load
-from ttt.data.specs import get_spec
-from ttt.envs.gym import max_episode_steps
-from ttt.episode import TTTConfig
-from ttt.evaluation import EvalSetup, evaluate
-from ttt.finetune import FinetuneConfig
-from ttt.select import SelectConfig
+from ttt.evaluation import evaluate
+from ttt.setups import checkpoint_setup
 
 
 def _env_counters(env_id):
@@ -117,24 +114,22 @@ def main() -> int:
                     "rows (0: the whole batch); the first is the row's `compiled` entry")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/ttt/episode_speed.json"))
     args = ap.parse_args()
-    meta = read_meta(args.ckpt)
-    states, meta = load_checkpoint(args.ckpt, meta)
-    spec = get_spec(meta["dataset"])
-    data = load(meta["dataset"], args.dir)
-    cfg, sampler = backbone_config(meta), sampler_config(meta)
-    max_steps = max_episode_steps(spec.env_id)
+    ck = open_checkpoint(args.ckpt)
+    states, data = ck.load(), load(ck.dataset, args.dir)
 
     buckets = [int(b) or None if b.strip().isdigit() else -1 for b in args.buckets.split(",")]
     if -1 in buckets:
         raise SystemExit(f"--buckets takes comma-separated ints >= 0 (0: the whole batch), got {args.buckets!r}")
 
     def make(variant, N, bucket=buckets[0]):
-        if variant == "base":
-            return EvalSetup(meta["backbone"], cfg, sampler, spec, None, max_steps)
-        mode = "critic" if variant == "ttt" else "mc"
-        ttt = TTTConfig(K=args.K, select=SelectConfig(mode=mode), finetune=FinetuneConfig(steps=N, lr=args.lr),
-                        bucket=bucket)  # fmt: skip
-        return EvalSetup(meta["backbone"], cfg, sampler, spec, ttt, max_steps)
+        setup = checkpoint_setup(ck, variant, K=args.K, N=max(N, 1), lr=args.lr, bucket=bucket)
+        if N == 0 and setup.ttt is not None:  # make_setup takes N >= 1; N = 0: the value pass and selection alone
+            ttt = dataclasses.replace(setup.ttt, finetune=dataclasses.replace(setup.ttt.finetune, steps=0))
+            setup = dataclasses.replace(setup, ttt=ttt)
+        return setup
+
+    base = make("base", 1)
+    spec, max_steps = base.spec, base.max_steps  # the episode length: the environment's own
 
     rows = []
     for variant in args.variants.split(","):
@@ -164,11 +159,11 @@ def main() -> int:
         print("breakdown", json.dumps(breakdown), flush=True)
     doc = dict(
         checkpoint=args.ckpt,
-        agent=meta["agent"],
-        step=meta.get("step"),
-        dataset=meta["dataset"],
+        agent=ck.agent_name,
+        step=ck.meta.get("step"),
+        dataset=ck.dataset,
         data_rows=int(data.n_rows),
-        profile=meta.get("profile"),
+        profile=ck.meta.get("profile"),
         K=args.K,
         N=args.N,
         lr=args.lr,

@@ -32,19 +32,18 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import load_all, machine, make_setup, seed0  # noqa: E402
+from _common import machine, open_run, seed0, variant_setup  # noqa: E402
 
-from ttt.agents import get_backbone  # noqa: E402
+from ttt.checkpoint import init_state  # noqa: E402
 from ttt.data.dataset import Dataset  # noqa: E402
 from ttt.data.files import read_npz, resolve_dir  # noqa: E402
 from ttt.data.specs import get_spec  # noqa: E402
 from ttt.episode import TTTConfig, dataset_values, make_episodes, make_round_fns  # noqa: E402
 from ttt.finetune import FinetuneConfig, make_ttt_step  # noqa: E402
-from ttt.presets import make_configs  # noqa: E402
-from ttt.pretrain import init_state  # noqa: E402
+from ttt.presets import agent_backbone, make_configs  # noqa: E402
 from ttt.select import SelectConfig, select_round  # noqa: E402
 
-GCBC = get_backbone("gcbc")
+GCBC = agent_backbone("gcbc")
 
 NAV = "pointmaze-medium-navigate-v0"
 
@@ -77,9 +76,9 @@ def dataset_of(arrays: dict, rows: int) -> Dataset:
                                goal_fn=spec.goal_coords)  # fmt: skip
 
 
-def rows_sweep(rows_list, meta, states, repeats) -> list[dict]:
+def rows_sweep(rows_list, ck, states, repeats) -> list[dict]:
     arrays = read_npz(resolve_dir(None) / f"{NAV}.npz", get_spec(NAV))
-    setup = make_setup(meta, "ttt")
+    setup = variant_setup(ck, "ttt")
     spec, ttt = setup.spec, setup.ttt
     mc = dataclasses.replace(ttt, select=SelectConfig(mode="mc"))
     prep_m, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, spec, mc)
@@ -87,7 +86,7 @@ def rows_sweep(rows_list, meta, states, repeats) -> list[dict]:
     agent = seed0(states.agent)
     from ttt.select import precompute
 
-    value_fn = get_backbone(setup.backbone).value
+    value_fn = setup.backbone.value
     f_values = jax.jit(lambda a, d, g: dataset_values(value_fn, a, d.observations, g, ttt.value_chunk))
     f_pre = jax.jit(lambda d, g, v: precompute(d, spec.goal_coords(g), v, ttt.select, spec.goal_eps))
     f_prep_m = jax.jit(prep_m)
@@ -135,18 +134,18 @@ def adapt_sweep(Ns, widths, repeats) -> dict:
     return res
 
 
-def k_sweep(Ks, meta, states) -> list[dict]:
+def k_sweep(Ks, ck, states) -> list[dict]:
     from ttt.data.files import load
     from ttt.envs import make_env
     from ttt.evaluation import episode_batch
 
     data = load(NAV)
     env = make_env(get_spec(NAV).env_id)
-    eb = episode_batch(0, meta["seeds"], (1, 2, 3, 4, 5), 1)
+    eb = episode_batch(0, ck.seeds, (1, 2, 3, 4, 5), 1)
     eb = eb.take(np.flatnonzero(eb.seed_idx == 0))  # seed 0, one episode of each task: B = 5
     out = []
     for K in Ks:
-        setup = make_setup(meta, "ttt-mc", K=K, N=100)
+        setup = variant_setup(ck, "ttt-mc", K=K, N=100)
         prog = eqx.filter_jit(make_episodes(setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt, 1000))
         agents = jax.tree.map(lambda x: jnp.repeat(x[:1], len(eb), 0) if isinstance(x, jax.Array) else x, states.agent)
         args = (agents, None, env, data, eb.reset_keys, eb.ttt_keys, jnp.asarray(eb.task))
@@ -171,11 +170,11 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/speed/growth.json"))
     args = ap.parse_args()
-    meta, states, _ = load_all(f"runs/base/cpu/{NAV}/gcbc")
+    ck, states, _ = open_run(f"runs/base/cpu/{NAV}/gcbc")
     doc = dict(machine=machine(), command="python " + " ".join(sys.argv))
     ints = lambda s: [int(float(x)) for x in s.split(",") if x]  # noqa: E731
     if args.rows:
-        rows = rows_sweep(ints(args.rows), meta, states, args.repeats)
+        rows = rows_sweep(ints(args.rows), ck, states, args.repeats)
         xs = [r["rows"] for r in rows]
         doc["rows"] = rows
         doc["rows_slopes"] = {k: slope(xs, [r[k] for r in rows]) for k in rows[0] if k.endswith("_s")}
@@ -185,7 +184,7 @@ def main() -> int:
         doc["N_slope"] = slope([r["N"] for r in ad["N"]], [r["adapt_s"] for r in ad["N"]])
         doc["width_slope"] = slope([r["width"] for r in ad["width"]], [r["adapt_s"] for r in ad["width"]])
     if args.K:
-        doc["K"] = k_sweep(ints(args.K), meta, states)
+        doc["K"] = k_sweep(ints(args.K), ck, states)
     print(json.dumps({k: v for k, v in doc.items() if k.endswith("slope") or k.endswith("slopes")}), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1))

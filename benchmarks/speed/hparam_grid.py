@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine  # noqa: E402
 
 import ttt  # noqa: E402
-from ttt import evaluate as ev  # noqa: E402
+from ttt import evaluation as ev  # noqa: E402
+from ttt.setups import checkpoint_setup  # noqa: E402
 
 COMPILE: list[float] = []
 
@@ -81,10 +82,13 @@ def main() -> None:
     p.add_argument("--out", default=None)
     args = p.parse_args()
 
-    def load(**point):
-        return ttt.load_run(args.ckpt, data_dir=args.data_dir, variant=args.variant, K=args.K, N=args.N, **point)
+    setup, agents, data, env = ttt.load_run(args.ckpt, data_dir=args.data_dir, variant=args.variant, K=args.K,
+                                            N=args.N, lr=args.lr[0], q=args.q[0])  # fmt: skip
+    ck = ttt.open_checkpoint(args.ckpt)
 
-    setup, agents, data, env = load(lr=args.lr[0], q=args.q[0])
+    def setup_at(**point):  # the setup of one grid point (load_run's: the checkpoint's, `make_setup`'s checks)
+        return checkpoint_setup(ck, args.variant, where=args.ckpt, K=args.K, N=args.N, **point)
+
     kw = dict(episodes=args.episodes, tasks=tuple(args.tasks), env=env)
     points = [{"lr": lr, "q": q} for lr in args.lr for q in args.q]
 
@@ -96,7 +100,7 @@ def main() -> None:
     per, walls, compiles = [], [], []
     for point in points:  # one program per point: the caches cleared before each, as a sweep compiled before
         fresh()
-        s = load(**point)[0]
+        s = setup_at(**point)
         r, w, c = timed(lambda s=s: ev.evaluate(s, agents, data, **kw))
         per.append(r), walls.append(w), compiles.append(c)
     diff = max(max_diff(grid.at(**pt), r) for pt, r in zip(points, per, strict=True))
@@ -106,7 +110,7 @@ def main() -> None:
     fresh()
     shared, walls, compiles = [], [], []
     for point in points:  # one after the other, sharing the program (the settings are traced)
-        s = load(**point)[0]
+        s = setup_at(**point)
         r, w, c = timed(lambda s=s: ev.evaluate(s, agents, data, **kw))
         shared.append(r), walls.append(w), compiles.append(c)
     diff = max(max_diff(grid.at(**pt), r) for pt, r in zip(points, shared, strict=True))

@@ -35,17 +35,16 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import load_all, machine, make_setup, seed0  # noqa: E402
+from _common import machine, open_run, seed0, variant_setup  # noqa: E402
 
-from ttt.agents import get_backbone  # noqa: E402
+from ttt.checkpoint import init_state  # noqa: E402
 from ttt.data.files import load  # noqa: E402
 from ttt.data.specs import get_spec  # noqa: E402
 from ttt.episode import TTTConfig, make_round_fns  # noqa: E402
-from ttt.evaluation import EvalSetup  # noqa: E402
-from ttt.finetune import FinetuneConfig, make_ttt_step  # noqa: E402
-from ttt.presets import get_agent, make_configs  # noqa: E402
-from ttt.pretrain import init_state  # noqa: E402
+from ttt.finetune import make_ttt_step  # noqa: E402
+from ttt.presets import agent_backbone, make_configs  # noqa: E402
 from ttt.select import SelectConfig, select_round  # noqa: E402
+from ttt.setups import make_setup  # noqa: E402
 
 NAV = "pointmaze-medium-navigate-v0"
 
@@ -82,14 +81,12 @@ def matmul_peak(n: int = 2048, repeats: int = 5) -> float:
 def setup_for(profile: str, agent: str, data):
     spec = get_spec(NAV)
     if profile == "cpu":
-        meta, states, _ = load_all(f"runs/base/cpu/{NAV}/{agent}")
-        base = make_setup(meta, "ttt")
-        return base, seed0(states.agent)
+        ck, states, _ = open_run(f"runs/base/cpu/{NAV}/{agent}")
+        return variant_setup(ck, "ttt"), seed0(states.agent)
     cfg, sampler = make_configs(agent, spec, "paper")
-    bname = get_agent(agent).backbone
-    st = init_state(jax.random.key(0), bname, data.obs_dim, data.action_dim, cfg)
-    ttt = TTTConfig(K=100, select=SelectConfig(mode="critic"), finetune=FinetuneConfig(steps=100))
-    return EvalSetup(bname, cfg, sampler, spec, ttt, 1000), st.agent
+    backbone = agent_backbone(agent)
+    st = init_state(jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg)
+    return make_setup("ttt", backbone, cfg, sampler, spec, 1000, bucket=1), st.agent
 
 
 def measure(profile: str, agent: str, data, repeats: int) -> dict:
@@ -97,11 +94,11 @@ def measure(profile: str, agent: str, data, repeats: int) -> dict:
 
     setup, agent0 = setup_for(profile, agent, data)
     spec, ttt = setup.spec, setup.ttt
-    backbone = get_backbone(setup.backbone)
-    prepare, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, spec, ttt)
+    backbone = setup.backbone
+    prepare, _, _ = make_round_fns(backbone, setup.cfg, setup.sampler, spec, ttt)
     mc = TTTConfig(K=100, select=SelectConfig(mode="mc"), finetune=ttt.finetune)
-    prepare_mc, _, _ = make_round_fns(setup.backbone, setup.cfg, setup.sampler, spec, mc)
-    ts = make_ttt_step(setup.backbone, setup.cfg, setup.sampler, ttt.finetune, 0.0)
+    prepare_mc, _, _ = make_round_fns(backbone, setup.cfg, setup.sampler, spec, mc)
+    ts = make_ttt_step(backbone, setup.cfg, setup.sampler, ttt.finetune, 0.0)
     env = make_jax_env(spec.env_id)
     state, obs, goal = env.reset(jax.random.key(1), 1)
     out = {}

@@ -40,26 +40,22 @@ def _ckpt(dataset: str) -> str:
 def row(dataset: str, cap: float, episodes: int) -> dict:
     import numpy as np
 
-    from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
+    from ttt.checkpoint import open_checkpoint
     from ttt.data.files import load
-    from ttt.data.specs import get_spec
-    from ttt.episode import TTTConfig, value_pass_rows
-    from ttt.evaluation import EvalSetup, evaluate
-    from ttt.finetune import FinetuneConfig
-    from ttt.select import SelectConfig
+    from ttt.episode import value_pass_rows
+    from ttt.evaluation import evaluate
+    from ttt.setups import checkpoint_setup
 
     path = _ckpt(dataset)
-    meta = read_meta(path)
-    states, meta = load_checkpoint(path, meta)
-    data = load(meta["dataset"])
-    cfg, sampler = backbone_config(meta), sampler_config(meta)
-    ttt = TTTConfig(K=100, select=SelectConfig(mode="critic", rule="episodes"), finetune=FinetuneConfig(steps=100,
-                    lr=3e-4))  # fmt: skip
+    ck = open_checkpoint(path)
+    states, data = ck.load(), load(ck.dataset)
+    setup = checkpoint_setup(ck, "ttt", K=100, N=100, lr=3e-4, rule="episodes", bucket=1)
+    ttt = dataclasses.replace(setup.ttt, value_cap=None)  # the full pass (the default 'auto' is the lazy one)
     out = {"dataset": dataset, "checkpoint": path, "rows": data.n_rows, "value_cap": cap,
            "pass_rows": value_pass_rows(dataclasses.replace(ttt, value_cap=cap), data.n_rows)}  # fmt: skip
     res = {}
     for name, t in (("full", ttt), ("lazy", dataclasses.replace(ttt, value_cap=cap))):
-        setup = EvalSetup(meta["backbone"], cfg, sampler, get_spec(dataset), t, 1000)
+        setup = dataclasses.replace(setup, ttt=t)
         t0 = time.perf_counter()
         res[name] = evaluate(setup, states.agent, data, episodes=episodes, tasks=(1, 2, 3, 4, 5), batch_size=25)
         out[f"{name}_wall_s"] = time.perf_counter() - t0

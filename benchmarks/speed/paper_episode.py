@@ -55,26 +55,26 @@ def main() -> int:
     import jax
     import jax.numpy as jnp
 
+    from ttt.checkpoint import init_state
     from ttt.data.files import load
     from ttt.data.specs import get_spec
-    from ttt.episode import TTTConfig, make_round_fns
-    from ttt.evaluation import EvalSetup, evaluate
+    from ttt.episode import make_round_fns
+    from ttt.evaluation import evaluate
     from ttt.finetune import FinetuneConfig, make_finetune
-    from ttt.presets import get_agent, make_configs
-    from ttt.pretrain import init_state
-    from ttt.select import SelectConfig
+    from ttt.presets import agent_backbone, make_configs
+    from ttt.setups import make_setup
 
     spec = get_spec(args.dataset)
     data = load(args.dataset, args.dir)
     cfg, sampler = make_configs("gciql", spec, args.profile, {})
-    backbone = get_agent("gciql").backbone
+    backbone = agent_backbone("gciql")
     agent = init_state(jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg).agent
     agents = jax.tree.map(lambda x: x[None] if eqx_is_array(x) else x, agent)  # one seed
     N, K = args.N, args.K
     bucket = args.bucket or None  # 0 -> None: every live episode of the batch adapts in one vmapped call
-    ttt = TTTConfig(K=K, select=SelectConfig(mode="critic", rule="episodes"), finetune=FinetuneConfig(steps=N),
-                    bucket=bucket)
-    setup = EvalSetup(backbone, cfg, sampler, spec, ttt, args.max_steps)  # 1000: OGBench pointmaze-medium's length
+    # max_steps 1000: OGBench pointmaze-medium's length
+    setup = make_setup("ttt", backbone, cfg, sampler, spec, args.max_steps, K=K, N=N, rule="episodes", bucket=bucket)
+    ttt = setup.ttt
     B = args.batch
     kw = dict(episodes=1, tasks=(1,)) if B == 1 else dict(episodes=B // 5, tasks=(1, 2, 3, 4, 5), batch_size=B)
     print(f"{args.dataset}: {data.n_rows} rows; GC-IQL {args.profile} profile, batch {sampler.batch_size}; "

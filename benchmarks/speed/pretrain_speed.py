@@ -22,11 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ttt.checkpoint import init_state
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.errors import TttError
-from ttt.presets import AGENTS, get_agent, get_profile, make_configs
-from ttt.pretrain import init_state, make_chunk
+from ttt.presets import AGENTS, agent_backbone, get_profile, make_configs
+from ttt.pretrain import make_chunk
 
 
 def synthetic(spec, episodes=200):
@@ -66,12 +67,12 @@ def main():
     print("|---|---|---|---|---|")
     rows = []
     for agent in args.agents.split(","):
-        preset = get_agent(agent)
+        backbone = agent_backbone(agent)
         cfg, sampler = make_configs(agent, spec, args.profile)
         keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(args.seeds))
-        init = eqx.filter_vmap(lambda k, b=preset.backbone, c=cfg: init_state(k, b, data.obs_dim, data.action_dim, c))
+        init = eqx.filter_vmap(lambda k, b=backbone, c=cfg: init_state(k, b, data.obs_dim, data.action_dim, c))
         states = init(keys)
-        chunk = make_chunk(preset.backbone, cfg, sampler, args.chunk)
+        chunk = make_chunk(backbone, cfg, sampler, args.chunk)
         t0 = time.perf_counter()
         states, summary = chunk(states, keys, data)
         jax.block_until_ready(summary)

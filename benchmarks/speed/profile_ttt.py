@@ -104,16 +104,15 @@ def traced(fn, *args) -> dict:
 
 
 def agent_for(profile: str, name: str, data):
-    from ttt.checkpoint import backbone_config, init_state, load_checkpoint, read_meta, sampler_config
-    from ttt.presets import get_agent, make_configs
+    from ttt.checkpoint import init_state, open_checkpoint
+    from ttt.presets import agent_backbone, make_configs
 
     if profile == "cpu":
-        meta = read_meta(_ckpt(name))
-        states, meta = load_checkpoint(_ckpt(name), meta)
-        agent = jax.tree.map(lambda x: x[0] if isinstance(x, jax.Array) and x.ndim > 0 else x, states.agent)
-        return meta["backbone"], backbone_config(meta), sampler_config(meta), agent
+        ck = open_checkpoint(_ckpt(name))
+        agent = jax.tree.map(lambda x: x[0] if isinstance(x, jax.Array) and x.ndim > 0 else x, ck.load().agent)
+        return ck.backbone, ck.cfg, ck.sampler, agent
     cfg, sampler = make_configs(name, get_spec(NAV), "paper")
-    backbone = get_agent(name).backbone
+    backbone = agent_backbone(name)
     return backbone, cfg, sampler, init_state(jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg).agent
 
 

@@ -35,10 +35,10 @@ WORKER = textwrap.dedent(
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=f"localhost:{{port}}", num_processes=nproc, process_id=pid)
     sys.path.insert(0, {bench!r})
-    from _common import load_all, make_setup
+    from _common import open_run, variant_setup
     from ttt.evaluation import evaluate
-    meta, states, data = load_all({ckpt!r})
-    setup = make_setup(meta, {variant!r})
+    ck, states, data = open_run({ckpt!r})
+    setup = variant_setup(ck, {variant!r})
     kw = dict(episodes={episodes}, seed=0)
     t0 = time.perf_counter()
     res = evaluate(setup, states.agent, data, **kw)

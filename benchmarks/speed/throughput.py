@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import CKPT, PaperLoop, episode_inputs, load_all, machine, make_setup, seed0  # noqa: E402
+from _common import CKPT, PaperLoop, episode_inputs, machine, open_run, seed0, variant_setup  # noqa: E402
 
 from ttt.evaluation import make_compiled, make_host_fns, run_host  # noqa: E402
 
@@ -65,13 +65,13 @@ def main() -> int:
     args = ap.parse_args()
     from ttt.envs import make_env as make_jax_env
 
-    meta, states, data = load_all(args.ckpt)
-    n_seeds = meta["seeds"]
+    ck, states, data = open_run(args.ckpt)
+    n_seeds = ck.seeds
     batches = {k: [int(b) for b in v.split(",")] for k, v in (x.split(":") for x in args.batches.split(";"))}
     n_paper = {k: int(v) for k, v in (x.split(":") for x in args.paper.split(","))}
     rows = []
     for variant in args.variants.split(","):
-        setup = make_setup(meta, variant, args.K, args.N, args.lr)
+        setup = variant_setup(ck, variant, K=args.K, N=args.N, lr=args.lr)
         env = make_jax_env(setup.spec.env_id)
         row = dict(variant=variant, compiled=[])
         for B in batches.get(variant, []):
@@ -118,7 +118,7 @@ def main() -> int:
                     row[f"ratio_vs_{k}"] = at["episodes_per_s"] / row[k]["episodes_per_s"]
             print(variant, {k: round(v, 2) for k, v in row.items() if k.startswith("ratio")}, flush=True)
         rows.append(row)
-    doc = dict(checkpoint=args.ckpt, agent=meta["agent"], dataset=meta["dataset"], profile=meta.get("profile"),
+    doc = dict(checkpoint=args.ckpt, agent=ck.agent_name, dataset=ck.dataset, profile=ck.meta.get("profile"),
                K=args.K, N=args.N, lr=args.lr, machine=machine(), command="python " + " ".join(sys.argv),
                rows=rows)  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)

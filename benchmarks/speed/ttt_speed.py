@@ -7,7 +7,9 @@ Usage:
 
 The old commit is checked out once into a git worktree (`.bench-old/`, ignored) and every measurement runs as a
 fresh worker process, alternating old and new (old, new, old, new, ...) so that the load of a shared machine falls
-on both alike; each figure is the minimum over `--repeats` workers (the least disturbed run). Parts:
+on both alike; each figure is the minimum over `--repeats` workers (the least disturbed run). A worker is this file
+run against the old tree's `ttt`, so the old commit must have this tree's API (`ttt.open_checkpoint`, `ttt.evaluation`,
+functions taking the backbone record: 648170f or later). Parts:
 - update: ms per fine-tuning step (batch draw + Adam update, inside the N-step `lax.scan` of `make_finetune`,
   the figure that matters for TTT), GC-BC and GC-IQL cpu profile (cached 10k-step checkpoints of
   pointmaze-medium-navigate, full 1M-row data) and GC-IQL paper profile (OGBench's 512x3, batch 1024, random init);
@@ -67,14 +69,13 @@ def _ckpt(agent: str, dataset: str = NAV) -> str:
 
 
 def _load(agent: str, dataset: str = NAV):
-    import jax
-
-    from ttt.checkpoint import backbone_config, load_checkpoint, read_meta, sampler_config
+    """`(ck, states, data)`: the checkpoint (`ttt.open_checkpoint`: read and verified once), its seed-stacked
+    TrainState and its dataset."""
+    from ttt.checkpoint import open_checkpoint
     from ttt.data.files import load
 
-    meta = read_meta(_ckpt(agent, dataset))
-    states, meta = load_checkpoint(_ckpt(agent, dataset), meta)
-    return meta, states, load(meta["dataset"]), backbone_config(meta), sampler_config(meta), jax
+    ck = open_checkpoint(_ckpt(agent, dataset))
+    return ck, ck.load(), load(ck.dataset)
 
 
 def _best(fn, repeats: int = 3) -> float:
@@ -93,23 +94,23 @@ def w_update(kind: str) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from ttt.checkpoint import init_state
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.finetune import FinetuneConfig, make_finetune
-    from ttt.presets import get_agent, make_configs
-    from ttt.pretrain import init_state
+    from ttt.presets import agent_backbone, make_configs
 
     steps = 100
     if kind in ("gcbc-cpu", "gciql-cpu"):
-        meta, states, data, cfg, sampler, _ = _load(kind.split("-")[0])
+        ck, states, data = _load(kind.split("-")[0])
         agent = jax.tree.map(lambda x: x[0] if isinstance(x, jax.Array) and x.ndim > 0 else x, states.agent)
-        backbone = meta["backbone"]
+        backbone, cfg, sampler = ck.backbone, ck.cfg, ck.sampler
     else:
         data = load(NAV)
         over = {"fixed": {"actor_hidden_dims": (8, 8), "value_hidden_dims": (8, 8), "batch_size": 8}}.get(kind, {})
         name = "gcbc" if kind == "fixed" else "gciql"
         cfg, sampler = make_configs(name, get_spec(NAV), "cpu" if kind == "fixed" else "paper", over)
-        backbone = get_agent(name).backbone
+        backbone = agent_backbone(name)
         agent = init_state(jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg).agent
         steps = 20 if kind == "gciql-paper" else 500
     ft = jax.jit(make_finetune(backbone, cfg, sampler, FinetuneConfig(steps=steps)))
@@ -128,29 +129,22 @@ def w_value() -> dict:
     from ttt.episode import TTTConfig, make_round_fns
     from ttt.select import SelectConfig
 
-    meta, states, data, cfg, sampler, _ = _load("gcbc")
+    ck, states, data = _load("gcbc")
     agent = jax.tree.map(lambda x: x[0] if isinstance(x, jax.Array) and x.ndim > 0 else x, states.agent)
     ttt = TTTConfig(select=SelectConfig(mode="critic", rule="episodes"))
     if getattr(ttt, "value_cap", None) is not None:  # the full pass (the lazy one computes no value in prepare)
         ttt = dataclasses.replace(ttt, value_cap=None)
-    prepare, _, _ = make_round_fns(meta["backbone"], cfg, sampler, get_spec(NAV), ttt)
+    prepare, _, _ = make_round_fns(ck.backbone, ck.cfg, ck.sampler, get_spec(NAV), ttt)
     f = jax.jit(prepare)
     return {"s_per_episode": _best(lambda: f(agent, data, data.observations[5000]), 2), "rows": data.n_rows}
 
 
-def _setup(meta, cfg, sampler, mode: str, rule: str, bucket):
-    import dataclasses
+def _setup(ck, variant: str, rule: str):
+    """`variant` of checkpoint `ck` under `rule`, K 100, N 100, lr 3e-4 (`make_setup`'s defaults otherwise), one
+    episode fine-tuning at a time (bucket 1, `TTTConfig`'s default)."""
+    from ttt.setups import checkpoint_setup
 
-    from ttt.data.specs import get_spec
-    from ttt.episode import TTTConfig
-    from ttt.evaluation import EvalSetup
-    from ttt.finetune import FinetuneConfig
-    from ttt.select import SelectConfig
-
-    ttt = TTTConfig(K=100, select=SelectConfig(mode=mode, rule=rule), finetune=FinetuneConfig(steps=100, lr=3e-4))
-    if bucket != "default" and "bucket" in {f.name for f in dataclasses.fields(TTTConfig)}:
-        ttt = dataclasses.replace(ttt, bucket=bucket)
-    return EvalSetup(meta["backbone"], cfg, sampler, get_spec(NAV), ttt, 1000)
+    return checkpoint_setup(ck, variant, K=100, N=100, lr=3e-4, rule=rule, bucket=1)
 
 
 def w_batched(batch: int) -> dict:
@@ -158,8 +152,8 @@ def w_batched(batch: int) -> dict:
 
     from ttt.evaluation import evaluate
 
-    meta, states, data, cfg, sampler, _ = _load("gcbc")
-    setup = _setup(meta, cfg, sampler, "mc", "paper", "default")
+    ck, states, data = _load("gcbc")
+    setup = _setup(ck, "ttt-mc", "paper")
     seed1 = jax.tree.map(lambda x: x[:1] if hasattr(x, "ndim") and x.ndim > 0 else x, states.agent)
     n = 25 if batch > 1 else 5
     kw = dict(episodes=n, tasks=(1,), batch_size=batch)
@@ -173,8 +167,8 @@ def w_batched(batch: int) -> dict:
 def w_row(episodes: int) -> dict:
     from ttt.evaluation import evaluate
 
-    meta, states, data, cfg, sampler, _ = _load("gcbc")
-    setup = _setup(meta, cfg, sampler, "critic", "episodes", "default")
+    ck, states, data = _load("gcbc")
+    setup = _setup(ck, "ttt", "episodes")
     t0 = time.perf_counter()
     res = evaluate(setup, states.agent, data, episodes=episodes, tasks=(1, 2, 3, 4, 5), batch_size=25)
     wall = time.perf_counter() - t0
@@ -186,18 +180,10 @@ def w_row(episodes: int) -> dict:
 SELECTION = ("active", "n_rel", "n_selected", "n_train_rows", "threshold", "empty", "max_span")
 
 
-def _critic_setup(dataset: str, **ttt_kw):
+def _critic_setup(dataset: str):
     """GC-BC cpu checkpoint of `dataset`, and the critic setup (rule episodes, K 100, N 100, lr 3e-4)."""
-    from ttt.data.specs import get_spec
-    from ttt.episode import TTTConfig
-    from ttt.evaluation import EvalSetup
-    from ttt.finetune import FinetuneConfig
-    from ttt.select import SelectConfig
-
-    meta, states, data, cfg, sampler, _ = _load("gcbc", dataset)
-    ttt = TTTConfig(K=100, select=SelectConfig(mode="critic", rule="episodes"),
-                    finetune=FinetuneConfig(steps=100, lr=3e-4), **ttt_kw)  # fmt: skip
-    return meta, states, data, EvalSetup(meta["backbone"], cfg, sampler, get_spec(dataset), ttt, 1000)
+    ck, states, data = _load("gcbc", dataset)
+    return ck, states, data, _setup(ck, "ttt", "episodes")
 
 
 def w_episode(short: str) -> dict:
@@ -208,7 +194,7 @@ def w_episode(short: str) -> dict:
 
     from ttt.evaluation import evaluate
 
-    meta, states, data, setup = _critic_setup(DATASETS[short])
+    _, states, data, setup = _critic_setup(DATASETS[short])
     agents = jax_first(states.agent)
     kw = dict(episodes=3, tasks=(1, 2, 3, 4, 5), batch_size=15)
     t0 = time.perf_counter()
@@ -251,16 +237,16 @@ def w_breakdown(short: str) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from ttt.agents import get_backbone
     from ttt.envs.pointmaze import _maze_info
     from ttt.episode import make_round_fns
-    from ttt.evaluation import EvalSetup, evaluate
+    from ttt.evaluation import evaluate
     from ttt.finetune import FinetuneConfig, make_finetune
     from ttt.select import Context, round_weights
+    from ttt.setups import checkpoint_setup
 
-    meta, states, data, setup = _critic_setup(DATASETS[short])
+    ck, states, data, setup = _critic_setup(DATASETS[short])
     ttt, cfg, sampler, spec = setup.ttt, setup.cfg, setup.sampler, setup.spec
-    backbone = get_backbone(setup.backbone)
+    backbone = setup.backbone
     agent = jax.tree.map(lambda x: x[0] if isinstance(x, jax.Array) and x.ndim > 0 else x, states.agent)
     goal = data.observations[data.n_rows // 3]
     out: dict = {"dataset": DATASETS[short], "rows": int(data.n_rows), "value_cap_default": ttt.value_cap}
@@ -279,7 +265,7 @@ def w_breakdown(short: str) -> dict:
 
     # The full value pass (prepare with value_cap None): time and FLOPs (one chunk's, times the chunks).
     full = dataclasses.replace(ttt, value_cap=None)
-    prep_full = jax.jit(make_round_fns(setup.backbone, cfg, sampler, spec, full)[0])
+    prep_full = jax.jit(make_round_fns(backbone, cfg, sampler, spec, full)[0])
     out["value_pass_s"] = _rate(prep_full, agent, data, goal, repeats=2)
     chunk = data.observations[: ttt.value_chunk]
     f_chunk = jax.jit(lambda a, o, g: backbone.value(a, o, jnp.broadcast_to(g, o.shape)))
@@ -300,9 +286,9 @@ def w_breakdown(short: str) -> dict:
     # One update (inside the N-step scan) against its FLOPs.
     N = ttt.finetune.steps
     w = (jnp.arange(data.n_rows) % 100 < 3).astype(jnp.int32)
-    ft = jax.jit(make_finetune(setup.backbone, cfg, sampler, FinetuneConfig(steps=N, lr=3e-4)))
+    ft = jax.jit(make_finetune(backbone, cfg, sampler, FinetuneConfig(steps=N, lr=3e-4)))
     out["update_ms"] = 1e3 * _rate(ft, agent, None, jax.random.key(1), data, w, goal, repeats=3) / N
-    ft1 = jax.jit(make_finetune(setup.backbone, cfg, sampler, FinetuneConfig(steps=1, lr=3e-4)))
+    ft1 = jax.jit(make_finetune(backbone, cfg, sampler, FinetuneConfig(steps=1, lr=3e-4)))
     out["update_flops"] = _flops(ft1, agent, None, jax.random.key(1), data, w, goal)
     out["update_floor_ms"] = 1e3 * out["update_flops"] / (out["matmul_gflops_update_shape"] * 1e9)
 
@@ -323,7 +309,7 @@ def w_breakdown(short: str) -> dict:
     # after a compiling call; the batch steps until every episode has ended.
     agents = jax_first(states.agent)
     kw = dict(episodes=3, tasks=(1, 2, 3, 4, 5), batch_size=15)
-    base = EvalSetup(setup.backbone, cfg, sampler, spec, None, 1000)
+    base = checkpoint_setup(ck, "base")
     evaluate(base, agents, data, seed=1000, **kw)
     t0 = time.perf_counter()
     res = evaluate(base, agents, data, **kw)

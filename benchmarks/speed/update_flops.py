@@ -88,12 +88,12 @@ def main() -> int:
     import jax
     import jax.numpy as jnp
 
+    from ttt.checkpoint import init_state
     from ttt.data.files import load
     from ttt.data.specs import get_spec
     from ttt.episode import TTTConfig, make_round_fns
     from ttt.finetune import FinetuneConfig, make_finetune
-    from ttt.presets import get_agent, make_configs
-    from ttt.pretrain import init_state
+    from ttt.presets import agent_backbone, make_configs
     from ttt.select import SelectConfig
 
     measured = {}
@@ -112,7 +112,7 @@ def main() -> int:
         if job not in args.jobs.split(","):
             continue
         cfg, sampler = make_configs(name, spec, profile, {})
-        backbone = get_agent(name).backbone
+        backbone = agent_backbone(name)
         agent = init_state(jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg).agent
         ft = jax.jit(make_finetune(backbone, cfg, sampler, FinetuneConfig(steps=1)))
         w = (jnp.arange(data.n_rows) % 100 < 3).astype(jnp.int32)
@@ -139,7 +139,7 @@ def main() -> int:
     if "value" not in args.jobs.split(","):
         return write(args.out, rows, jax, data, peak, peak_n, args)
     cfg, sampler = make_configs("gcbc", spec, "cpu", {})
-    backbone = get_agent("gcbc").backbone
+    backbone = agent_backbone("gcbc")
     agent = init_state(jax.random.key(0), backbone, data.obs_dim, data.action_dim, cfg).agent
     ttt = TTTConfig(select=SelectConfig(mode="critic", rule="episodes"), value_cap=None)  # the full pass
     prepare, _, _ = make_round_fns(backbone, cfg, sampler, spec, ttt)

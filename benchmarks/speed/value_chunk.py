@@ -26,11 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ttt.agents import get_backbone
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.episode import dataset_values
-from ttt.presets import get_agent, make_configs
+from ttt.presets import agent_backbone, make_configs
 from ttt.storage import atomic_write_text, dumps
 
 
@@ -49,7 +48,7 @@ def main() -> None:
     spec = get_spec(a.dataset)
     data = load(a.dataset)
     cfg, _ = make_configs(a.agent, spec, a.profile)
-    backbone = get_backbone(get_agent(a.agent).backbone)
+    backbone = agent_backbone(a.agent)
     agent = backbone.init(jax.random.key(0), data.obs_dim, data.action_dim, cfg)
     obs = data.observations
     goal = obs[obs.shape[0] // 3]
