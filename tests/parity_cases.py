@@ -122,10 +122,11 @@ class Replay:
 
 def replay(case: Case, step_fn=None) -> Replay:
     """Import `init.pkl`, apply `ttt`'s update to the fixture's batches, and pair every number with the
-    reference's. `step_fn(backbone, cfg)` replaces `ttt.pretrain.make_step` (to show what a change would do)."""
+    reference's. `step_fn(backbone, cfg)` (a `Backbone` record) replaces `ttt.pretrain.make_step` (to show what a
+    change would do)."""
     cfg, state = imported(case, "init")
     init_fwd = forward(case, cfg, state.agent)
-    step = jax.jit((step_fn or make_step)(case.backbone, cfg))
+    step = jax.jit((step_fn or make_step)(get_backbone(case.backbone), cfg))
     n = case.meta["num_updates"]
     # The reference's keys: `update` splits the agent's rng into (next rng, rng), `total_loss` splits rng into
     # (rng, actor key); the actor key draws DDPG+BC's sampled action when the std is learned.

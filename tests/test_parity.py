@@ -23,7 +23,6 @@ import equinox as eqx
 import pytest
 from parity_cases import CASES, load_case, max_rel, replay
 
-from ttt.agents import get_backbone
 from ttt.checkpoint import TrainState, make_optimizer
 
 FORWARD_TOL, LOSS_TOL, PARAM_TOL = 2e-5, 2e-5, 1e-5
@@ -67,8 +66,8 @@ def test_the_tolerances_catch_a_target_update_order():
     if name not in CASES:
         pytest.skip("no GC-IQL fixture")
 
-    def after_step(backbone_name, cfg):
-        bb, opt = get_backbone(backbone_name), make_optimizer(cfg)
+    def after_step(bb, cfg):
+        opt = make_optimizer(cfg)
 
         def step(state, batch, key):
             (loss, m), g = eqx.filter_value_and_grad(bb.loss, has_aux=True)(state.agent, batch, key, cfg)
