@@ -325,3 +325,50 @@ def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_pat
     (evals / "other-eeeeeeeeeeee.json").write_text(json.dumps(screen))
     a, b = claims.load_pair(row, claims.Row("t/evals/other"))
     assert a["shape"] == b["shape"] == "3x5x2"
+
+
+def test_rederivation_counter_counts_calls_by_code_and_opens_by_file(tmp_path):
+    """analyses/rederivation.py's counter: calls of a named function defined under its roots (not one of the same
+    name elsewhere), split at the first stage marker, and file opens by label, reads apart from (atomic) writes."""
+    sys.path.insert(0, str(BENCH / "analyses"))
+    try:
+        import rederivation
+    finally:
+        sys.path.remove(str(BENCH / "analyses"))
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "mod.py").write_text("def get_spec(x):\n    return x\n\n\ndef ensure_data():\n    return get_spec(0)\n")
+    sys.path.insert(0, str(pkg))
+    try:
+        import mod
+    finally:
+        sys.path.remove(str(pkg))
+
+    def get_spec(x):  # the same name outside the roots: not counted
+        return x
+
+    meta = tmp_path / "meta.json"
+    meta.write_text("{}")
+    count = rederivation.Count(["get_spec", "read_meta"], [pkg], markers=["ensure_data"])
+    count.start()
+    try:
+        mod.get_spec(1)
+        get_spec(2)
+        meta.read_text()
+        mod.ensure_data()  # the stages begin, and it calls get_spec once more
+        meta.read_text()
+        with open(tmp_path / ".meta.json.abc123.tmp", "w"):  # how ttt.storage writes meta.json atomically
+            pass
+    finally:
+        count.stop()
+    meta.read_text()  # after stop(): not counted
+    r = count.report()
+    spec = r["resolvers"]["get_spec"]
+    assert (spec["calls"], spec["planning"], spec["stages"]) == (2, 1, 1)
+    assert r["resolvers"]["read_meta"]["calls"] == 0  # a name that never ran counts 0
+    here = "tests/test_benchmarks_layout.py:test_rederivation_counter_counts_calls_by_code_and_opens_by_file"
+    assert spec["sites"] == {here: 1, "mod.py:ensure_data": 1}  # the caller: in the repository by path, else by name
+    f = r["files"]["meta.json"]
+    assert (f["read_planning"], f["read_stages"], f["write"]) == (1, 1, 1)
+    assert rederivation.classify("pointmaze-medium-navigate-v0-val.npz") == "dataset NAME-val.npz"
+    assert rederivation.classify("ttt-0123456789ab.json") == "eval record ROW-KEY.json"
