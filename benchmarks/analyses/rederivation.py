@@ -50,6 +50,8 @@ from pathlib import Path
 RESOLVERS: dict[str, str] = {
     "get_spec": "dataset spec",
     "get_backbone": "backbone lookup (by name)",
+    "agent_backbone": "backbone record of a preset (by name)",
+    "meta_backbone": "backbone record of a checkpoint (by name)",
     "backbone_config": "backbone config (from checkpoint meta)",
     "make_configs": "backbone config (from presets)",
     "finetune_backbone_config": "fine-tune config",
