@@ -269,12 +269,9 @@ def make_round_fns(
     values the configs state. `params.adapt` False: `adapt` returns `agent0` and idle metrics."""
     sel = ttt.select
     transforms = check_transforms(transforms, sel)  # context functions (a wrong return type: a TttError naming it)
+    check_value_function(backbone, cfg, ttt)
     oracle_critic = ttt.critic == "oracle"
     needs_values = sel.mode == "critic" or (sel.mode == "fixed" and (backbone.has_value(cfg) or oracle_critic))
-    if sel.mode == "critic" and not (backbone.has_value(cfg) or oracle_critic):
-        raise ValueError(f"{backbone.name} has no value function under this config; use select mode 'mc' (critic-free)")
-    if sel.relevance == "value" and not backbone.has_value(cfg):
-        raise ValueError(f"value relevance needs a value function, which {backbone.name} lacks under this config")
     lazy = needs_values and lazy_pass(ttt, transforms)
     if lazy and any(getattr(transforms, k) is not v for k, v in _select.CONTEXT_DEFAULTS.items()):
         raise ValueError("value_cap (the lazy value pass) needs the default selection transforms: a transform of "
@@ -374,6 +371,19 @@ def make_round_fns(
         return (agent, metrics, tables) if with_tables else (agent, metrics)
 
     return prepare, adapt, make_act(backbone)
+
+
+def check_value_function(backbone: Backbone, cfg, ttt: TTTConfig) -> None:
+    """The one rule on a backbone without a value function (GC-BC without its critic, ...): selection by a learned
+    critic (mode 'critic', variant 'ttt') and value relevance need one; a `TttError` says what to use instead."""
+    if backbone.has_value(cfg):
+        return
+    if ttt.select.mode == "critic" and ttt.critic != "oracle":
+        raise TttError(f"variant ttt needs a value function (its selection ranks by the critic), which this "
+                       f"{backbone.name} agent lacks; use ttt-mc")  # fmt: skip
+    if ttt.select.relevance == "value":
+        raise TttError(f"relevance 'value' needs a value function, which this {backbone.name} agent lacks; use "
+                       "relevance 'distance'")  # fmt: skip
 
 
 def make_act(backbone: Backbone):
