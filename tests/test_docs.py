@@ -13,19 +13,21 @@ def test_extending_worked_example_runs():
     text = (DOCS / "extending.md").read_text()
     section = text.split("<!-- worked-example:start -->")[1].split("<!-- worked-example:end -->")[0]
     code = "\n".join(re.findall(r"```python\n(.*?)```", section, flags=re.S))
-    assert "BACKBONES[NAME]" in code and "class WindyPoint" in code and "shortest_spans" in code
+    assert "make_backbone(globals())" in code and "class WindyPoint" in code and "shortest_spans" in code
+    assert "BACKBONES" not in code  # a backbone of one's own is a value passed in: no global registry is touched
     import sys
     import types
 
     from ttt.agents import BACKBONES
 
+    before = dict(BACKBONES)
     module = types.ModuleType("extending_example")  # dataclasses look their class's module up in sys.modules
     sys.modules[module.__name__] = module
     try:
         exec(compile(code, "docs/extending.md", "exec"), module.__dict__)  # noqa: S102
     finally:
-        BACKBONES.pop("msebc", None)
         sys.modules.pop(module.__name__, None)
+    assert BACKBONES == before
     out = module.out
     assert out.success.shape == (4,) and out.rounds["n_selected"].shape[0] == 4
     assert int(out.rounds["n_selected"][:, 0].min()) > 0  # the new rule selected data in the first round
