@@ -112,19 +112,16 @@ def test_a_rule_of_one_function_sees_the_state_and_its_own_parameters_in_the_com
     assert [(r.rounds["n_selected"][active] == p["k"]).all() for p, r in grid] == [True, True]
 
 
-def test_the_old_positional_transforms_still_run_with_a_deprecation_warning():
+def test_a_transform_of_positional_arguments_is_refused_by_name():
+    """The positional form (the library's `relevance(tables, data, state_xy, cfg, goal_eps, ...)`) is no transform:
+    refused when the episode is built, naming the slot and the function, not run or silently adapted."""
+
     def everywhere_old(tables, data, state_xy, cfg, goal_eps, row_values=None):
         return tables.eligible
 
-    def everywhere(ctx):
-        return ctx.tables.eligible
-
-    new = run(setup_of(transforms=Transforms(relevance=everywhere)))
-    with pytest.warns(DeprecationWarning, match="old positional arguments"):
-        old = run(setup_of(transforms=Transforms(relevance=everywhere_old)))
-    same(old, new)
-    with pytest.raises(TttError, match="old positional arguments"):
-        run(setup_of(transforms=Transforms(relevance=everywhere_old)), grid={"q": [0.1, 0.2]})
+    with pytest.raises(TttError, match=r"transform relevance \(.*everywhere_old\) must be a function of one "
+                       r"ttt\.select\.Context"):  # fmt: skip
+        run(setup_of(transforms=Transforms(relevance=everywhere_old)))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -80,22 +79,12 @@ def check_agents(agents, backbone: Backbone, cfg, obs_dim: int, action_dim: int,
     return next(iter(lead)) if stacked else 1
 
 
-# The old positional signatures of the four slots, as the arguments drawn from a `Context` (deprecated form).
-POSITIONAL = {
-    "precompute": ("data, goal_xy, values, cfg, goal_eps", lambda c: (c.data, c.goal_xy, c.values, c.cfg, c.goal_eps)),
-    "relevance": ("tables, data, state_xy, cfg, goal_eps, row_values",
-                  lambda c: (c.tables, c.data, c.state_xy, c.cfg, c.goal_eps, c.row_values)),
-    "select": ("key, tables, rel, cfg", lambda c: (c.key, c.tables, c.relevant, c.cfg)),
-    "weights": ("tables, data, mask", lambda c: (c.tables, c.data, c.selection.mask)),
-}  # fmt: skip
-
-
-def takes_context(fn: Callable) -> bool:
-    """Whether `fn` is a transform of one `ttt.select.Context` (one required positional parameter), not of the
-    old positional arguments."""
+def _one_argument(fn: Callable) -> bool:
+    """Whether `fn` takes one required positional argument (a `ttt.select.Context`); a signature that cannot be
+    read is taken as written for the context."""
     try:
         params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):  # no signature to read: take it as written for the context
+    except (TypeError, ValueError):
         return True
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
         return False
@@ -105,16 +94,15 @@ def takes_context(fn: Callable) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class CheckedTransform:
-    """A user's selection transform (`ttt.episode.Transforms` slot `slot`) as a function of the `Context`, whose
-    return value is checked when it is traced; `positional`: `fn` takes the old positional arguments (deprecated).
-    Equal to another wrapping of the same function, so equal setups still share compiled programs."""
+    """A user's selection transform (`ttt.episode.Transforms` slot `slot`, a function of one `Context`) whose return
+    value is checked when it is traced. Equal to another wrapping of the same function, so equal setups still share
+    compiled programs."""
 
     slot: str
     fn: Callable
-    positional: bool = False
 
     def __call__(self, ctx):
-        out = self.fn(*POSITIONAL[self.slot][1](ctx)) if self.positional else self.fn(ctx)
+        out = self.fn(ctx)
         name = getattr(self.fn, "__qualname__", repr(self.fn))
         where = f"transform {self.slot} ({name}) returned"
         if self.slot == "precompute":
@@ -142,36 +130,28 @@ def _builtins() -> dict[str, tuple[Callable, Callable]]:
             "select": (sel.select, sel.select_ctx), "weights": (sel.train_weights, sel.weights_ctx)}  # fmt: skip
 
 
-def positional_slots(transforms) -> tuple[str, ...]:
-    """The slots of `transforms` holding a user function of the old positional arguments."""
-    out = []
-    for slot, (plain, ctx_fn) in _builtins().items():
-        fn = getattr(transforms, slot)
-        if isinstance(fn, CheckedTransform):
-            if fn.positional:
-                out.append(slot)
-        elif fn is not plain and fn is not ctx_fn and not takes_context(fn):
-            out.append(slot)
-    return tuple(out)
-
-
-def check_transforms(transforms):
+def check_transforms(transforms, select_cfg=None):
     """`transforms` (a `ttt.episode.Transforms`) with every slot a function of the `ttt.select.Context`: the
     library's own as `select.*_ctx`, a user's wrapped in a `CheckedTransform` (so that a wrong return type is named
-    when the program is traced). A user function of the old positional arguments still runs, with a
-    DeprecationWarning naming it."""
+    when the program is traced). A function of more than one positional argument is refused, naming it. With
+    `select_cfg` (the `SelectConfig`), also the one rule on swapping stages: a `select` or `weights` of your own
+    refines rule 'paper' (the top-q filter) and would be ignored by the episode rules, so it needs rule 'paper'."""
     wrap = {}
     for slot, (plain, ctx_fn) in _builtins().items():
         fn = getattr(transforms, slot)
         if fn is plain or fn is ctx_fn:
             wrap[slot] = ctx_fn
         elif not isinstance(fn, CheckedTransform):
-            positional = not takes_context(fn)
-            if positional:
+            if not _one_argument(fn):
                 name = getattr(fn, "__qualname__", repr(fn))
-                warnings.warn(f"transform {slot} ({name}) takes the old positional arguments ({POSITIONAL[slot][0]}); "
-                              "write it as a function of one ttt.select.Context (ctx.tables, ctx.state_xy, ctx.params, "
-                              "...; docs/extending.md): the positional form is deprecated", DeprecationWarning,
-                              stacklevel=3)  # fmt: skip
-            wrap[slot] = CheckedTransform(slot, fn, positional)
+                raise TttError(f"transform {slot} ({name}) must be a function of one ttt.select.Context (ctx.tables, "
+                               "ctx.state_xy, ctx.params, ...; docs/extending.md); the positional form of the "
+                               "library's own functions is not a transform")  # fmt: skip
+            wrap[slot] = CheckedTransform(slot, fn)
+    if select_cfg is not None and select_cfg.rule_used != "paper":
+        custom = [slot for slot in ("select", "weights") if wrap[slot] is not getattr(sel, f"{slot}_ctx")]
+        if custom:
+            why = "" if select_cfg.rule is not None else " (the default of this mode)"
+            raise TttError(f"transforms.{custom[0]}: a {custom[0]} transform of your own applies to rule 'paper' only, "
+                           f"but this setup's rule is {select_cfg.rule_used!r}{why}; pass rule='paper'")  # fmt: skip
     return dataclasses.replace(transforms, **wrap)

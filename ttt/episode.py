@@ -43,21 +43,25 @@ from ttt.graph import TTGSConfig, distance_scale, make_ttgs, plan_metrics
 from ttt.hparams import TRACED, HParams, broadcast, defaults, make_hparams
 from ttt.select import Context, GoalTables, SelectConfig, round_weights
 
-ROUND_METRICS = (
-    "n_rel",
-    "n_selected",
-    "threshold",
-    "empty",
-    "n_train_rows",
-    "reach_frac",
-    "max_span",
-    "spearman",
-    "oracle_end_sel",
-    "oracle_end_all",
-    "loss_first",
-    "loss_last",
-    "value_rows",
-)
+# The round metrics, declared once: each name with what a round that did not adapt reports (an idle round: nothing
+# relevant, nothing kept, nothing trained). Selection's (`ttt.select.span_metrics`), fine-tuning's (`loss_first`,
+# `loss_last`) and the lazy value pass's (`value_rows`); `EvalResult.rounds` adds `active`.
+_IDLE = {"int": (0, "int32"), "float": (math.nan, "float32"), "true": (True, "bool")}
+ROUND_METRICS: dict[str, str] = {
+    "n_rel": "int",
+    "n_selected": "int",
+    "threshold": "float",
+    "empty": "true",
+    "n_train_rows": "int",
+    "reach_frac": "float",
+    "max_span": "int",
+    "spearman": "float",
+    "oracle_end_sel": "float",
+    "oracle_end_all": "float",
+    "loss_first": "float",
+    "loss_last": "float",
+    "value_rows": "int",
+}
 CRITICS = ("learned", "oracle")
 
 
@@ -75,8 +79,9 @@ class Transforms:
     - `params`: your transforms' own numbers, `{name: value}`; they reach them as `ctx.params.user[name]`, traced,
       so `evaluate(..., params={name: v})` or `grid={name: [...]}` changes them without compiling again.
 
-    The defaults are `ttt.select.precompute / relevance / select / train_weights`. A function of their old
-    positional arguments (`select(key, tables, rel, cfg)`, ...) still runs, with a DeprecationWarning.
+    The defaults are the library's own (`ttt.select.precompute_ctx`, `relevance_ctx`, `select_ctx`, `weights_ctx`;
+    the positional `ttt.select.precompute / relevance / select / train_weights` stand for them). A function of more
+    than one argument is refused, naming it; a `select` or `weights` of your own needs rule 'paper'.
     """
 
     precompute: Callable = _select.precompute
@@ -262,16 +267,11 @@ def make_round_fns(
     `goal` is the goal OBSERVATION (the shape of `obs`); its goal coordinates are `spec.goal_coords(goal)`.
     `params` (`ttt.hparams.HParams`, traced): lr, q, eps, mix, noise_alpha and the transforms' own; None: the
     values the configs state. `params.adapt` False: `adapt` returns `agent0` and idle metrics."""
-    transforms = check_transforms(transforms)  # context functions; a wrong return type: a TttError naming it
     sel = ttt.select
+    transforms = check_transforms(transforms, sel)  # context functions (a wrong return type: a TttError naming it)
+    check_value_function(backbone, cfg, ttt)
     oracle_critic = ttt.critic == "oracle"
     needs_values = sel.mode == "critic" or (sel.mode == "fixed" and (backbone.has_value(cfg) or oracle_critic))
-    if sel.mode == "critic" and not (backbone.has_value(cfg) or oracle_critic):
-        raise ValueError(f"{backbone.name} has no value function under this config; use select mode 'mc' (critic-free)")
-    if sel.relevance == "value" and not backbone.has_value(cfg):
-        raise ValueError(f"value relevance needs a value function, which {backbone.name} lacks under this config")
-    if transforms.select is not _select.select_ctx and sel.rule_used != "paper":
-        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={sel.rule_used!r}")
     lazy = needs_values and lazy_pass(ttt, transforms)
     if lazy and any(getattr(transforms, k) is not v for k, v in _select.CONTEXT_DEFAULTS.items()):
         raise ValueError("value_cap (the lazy value pass) needs the default selection transforms: a transform of "
@@ -373,6 +373,19 @@ def make_round_fns(
     return prepare, adapt, make_act(backbone)
 
 
+def check_value_function(backbone: Backbone, cfg, ttt: TTTConfig) -> None:
+    """The one rule on a backbone without a value function (GC-BC without its critic, ...): selection by a learned
+    critic (mode 'critic', variant 'ttt') and value relevance need one; a `TttError` says what to use instead."""
+    if backbone.has_value(cfg):
+        return
+    if ttt.select.mode == "critic" and ttt.critic != "oracle":
+        raise TttError(f"variant ttt needs a value function (its selection ranks by the critic), which this "
+                       f"{backbone.name} agent lacks; use ttt-mc")  # fmt: skip
+    if ttt.select.relevance == "value":
+        raise TttError(f"relevance 'value' needs a value function, which this {backbone.name} agent lacks; use "
+                       "relevance 'distance'")  # fmt: skip
+
+
 def make_act(backbone: Backbone):
     """`act(agent, obs, goal, key=None, temperature=0.0) -> action`: the backbone's action; at temperature 0 (the
     default) its mean action, deterministic, so the key may be left out; `temperature` > 0 scales the actor's std
@@ -391,23 +404,7 @@ def empty_round_metrics(batch: int) -> dict[str, Array]:
 
 
 def _idle_metrics(shape: tuple[int, ...]) -> dict[str, Array]:
-    nan = jnp.full(shape, jnp.nan, jnp.float32)
-    zero = jnp.zeros(shape, jnp.int32)
-    return {
-        "n_rel": zero,
-        "n_selected": zero,
-        "threshold": nan,
-        "empty": jnp.ones(shape, bool),
-        "n_train_rows": zero,
-        "reach_frac": nan,
-        "max_span": zero,
-        "spearman": nan,
-        "oracle_end_sel": nan,
-        "oracle_end_all": nan,
-        "loss_first": nan,
-        "loss_last": nan,
-        "value_rows": zero,
-    }
+    return {name: jnp.full(shape, *_IDLE[kind]) for name, kind in ROUND_METRICS.items()}
 
 
 def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset, dyn0, metrics0, cache=None):

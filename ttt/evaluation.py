@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ttt.agents.common import Backbone
-from ttt.checks import check_agents, check_tasks, check_vector, positional_slots
+from ttt.checks import check_agents, check_tasks, check_vector
 from ttt.data.sampler import SamplerConfig
 from ttt.data.specs import DatasetSpec
 from ttt.envs import has_jax_env
@@ -216,9 +216,8 @@ def _cached(factory, setup: EvalSetup):
 def program_setup(setup: EvalSetup) -> EvalSetup:
     """`setup` with its traced settings (lr, q, eps, mix, noise_alpha, the transforms' own parameters) set to fixed
     values: the compiled program reads them from its `params` argument, so setups that differ only in them share
-    one program. Setups with a transform of the old positional arguments keep theirs (such a transform may read
-    `cfg.q`, ...)."""
-    if setup.ttt is None or positional_slots(setup.transforms):
+    one program."""
+    if setup.ttt is None:
         return setup
     ttt = setup.ttt
     sel = dataclasses.replace(ttt.select, q=0.05, eps_rel=None, mix=0.0, noise_alpha=0.0)
@@ -723,11 +722,6 @@ def _grid_params(setup: EvalSetup, params, grid, base: bool, driver: str):
             raise TttError(f"params / grid over {', '.join(ignored)}: rule {rule!r}{why} does not read "
                            f"{'it' if len(ignored) == 1 else 'them'}, so every point would be the same; vary a setting "
                            "the rule reads, or choose the rule that reads it (make_setup(..., rule=...))")  # fmt: skip
-    legacy = positional_slots(setup.transforms)
-    if legacy and named & {"q", "eps", "mix", "noise_alpha"}:
-        raise TttError(f"params / grid over {', '.join(sorted(named & {'q', 'eps', 'mix', 'noise_alpha'}))}: the "
-                       f"transform(s) {', '.join(legacy)} take the old positional arguments and read cfg; write them "
-                       "as functions of one ttt.select.Context (docs/extending.md)")  # fmt: skip
     values, hps = [], []
     for point in points:
         v, hp = setup_hparams(setup, {**overrides, **point})

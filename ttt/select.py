@@ -4,7 +4,8 @@ Once per evaluation episode (goal g*), `precompute` builds `GoalTables`: rewards
 estimates and eligible starts, with O(|D|) within-episode reverse scans. Every round (current state s),
 `relevance` marks eligible rows near s, `select` keeps the `ceil(q * n_rel)` relevant rows with the highest
 return (ties broken at random), `train_weights` counts the selected sub-trajectories covering each row, and
-`sample_ttt_rows` draws training rows from those counts. `select_round` composes one round.
+`sample_ttt_rows` draws training rows from those counts. `round_weights` composes one round from a `Context`
+(`select_round`: the same from plain arguments).
 
 Shapes never depend on data (masks, ranks over masked scores, cumulative-sum + `searchsorted` sampling; no
 boolean indexing), so everything jits once per (config, shapes) and vmaps over goals, states and keys. The
@@ -677,49 +678,37 @@ CONTEXT_DEFAULTS = {"precompute": precompute_ctx, "relevance": relevance_ctx, "s
                     "weights": weights_ctx}  # fmt: skip
 
 
-def round_spans(
-    key: Key[Array, ""],
-    tables: GoalTables,
-    data: Dataset,
-    rel: Bool[Array, " rows"],
-    cfg: SelectConfig,
-    select_fn=None,
-) -> Spans:
-    """The spans one round keeps from the relevant rows `rel`, under `cfg.rule_used` ('paper': `select_fn`, default
-    `select`, keeps the top `q` fraction of relevant rows by return; 'episodes' / 'mc-episodes': the published
-    code's per-episode rules)."""
-    rule = cfg.rule_used
+def round_spans(ctx: Context, select_fn=select_ctx) -> tuple[Spans, Selection | None]:
+    """The spans one round keeps from `ctx.relevant` (a context holding the round's tables, state and key), under
+    `ctx.cfg.rule_used`: rule 'paper' keeps what `select_fn(ctx)` (default: the top `q` fraction of relevant rows by
+    return) selects, and returns that `Selection` too; the episode rules ('episodes', 'mc-episodes': the published
+    code's per-episode rules) keep their own spans (selection None)."""
+    rel, tables, data = ctx.relevant, ctx.tables, ctx.data
+    rule = ctx.cfg.rule_used
     if rule == "paper":
-        sel = (select_fn or select)(key, tables, rel, cfg)
-        if not isinstance(sel, Selection):
-            raise TypeError(f"a select transform must return ttt.select.Selection, got {type(sel).__name__}")
-        return Spans(candidates=rel, mask=sel.mask, ends=tables.ends, threshold=sel.threshold, relevant=rel)
-    if select_fn not in (None, select):
-        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={rule!r}")
+        sel = select_fn(ctx)
+        return Spans(candidates=rel, mask=sel.mask, ends=tables.ends, threshold=sel.threshold, relevant=rel), sel
     if rule == "episodes":
-        return episode_spans(tables, data, rel, cfg)
-    return mc_episode_spans(tables, data, rel, cfg)
+        return episode_spans(tables, data, rel, ctx.cfg), None
+    return mc_episode_spans(tables, data, rel, ctx.cfg, ctx.params), None
 
 
 def round_weights(ctx: Context, relevance_fn=relevance_ctx, select_fn=select_ctx, weights_fn=weights_ctx):
-    """One round from a context holding `tables`, the state and the key: `relevance_fn(ctx)` -> the rule's spans
-    (rule 'paper': `select_fn(ctx)`, then `weights_fn(ctx)`; the episode rules: their own spans) -> `(weights,
-    metrics)` as `select_round` returns them. The functions take the `Context` (the fields filled so far)."""
-    rel = relevance_fn(ctx)
-    ctx = dataclasses.replace(ctx, relevant=rel)
-    rule = ctx.cfg.rule_used
-    tables, data = ctx.tables, ctx.data
-    if rule == "paper":
-        sel = select_fn(ctx)
-        sp = Spans(candidates=rel, mask=sel.mask, ends=tables.ends, threshold=sel.threshold, relevant=rel)
+    """One round, the one implementation every caller goes through: `relevance_fn(ctx)` -> the rule's spans
+    (`round_spans`; rule 'paper': `select_fn(ctx)`, then `weights_fn(ctx)`) -> `(weights, metrics)`. The functions
+    take the `Context` (the fields filled so far); the episode composes them from its `Transforms`.
+
+    Metrics (`span_metrics`): `n_rel`, `n_selected` (spans kept), `threshold` (the worst kept score; NaN when
+    empty), `empty` (nothing kept: the caller keeps the pre-trained agent), `n_train_rows` (rows with weight > 0),
+    `reach_frac` (kept spans that reach the goal), `max_span` (rows in the longest kept span), and with an oracle
+    `spearman`, `oracle_end_sel`, `oracle_end_all`."""
+    ctx = dataclasses.replace(ctx, relevant=relevance_fn(ctx))
+    sp, sel = round_spans(ctx, select_fn)
+    if sel is not None:
         weights = weights_fn(dataclasses.replace(ctx, selection=sel))
     else:
-        if rule == "episodes":
-            sp = episode_spans(tables, data, rel, ctx.cfg)
-        else:
-            sp = mc_episode_spans(tables, data, rel, ctx.cfg, ctx.params)
-        weights = span_weights(sp.mask, sp.ends, data)
-    return weights, span_metrics(tables, data, sp, weights)
+        weights = span_weights(sp.mask, sp.ends, ctx.data)
+    return weights, span_metrics(ctx.tables, ctx.data, sp, weights)
 
 
 def select_round(
@@ -731,39 +720,15 @@ def select_round(
     goal_eps: float | Float[Array, ""],
     row_values: Float[Array, " rows"] | None = None,
     *,
-    relevance_fn=None,
-    select_fn=None,
-    weights_fn=None,
     params: HParams | None = None,
 ) -> tuple[Int[Array, " rows"], dict[str, Array]]:
-    """One round: relevance -> the rule's spans (rule 'paper': top fraction) -> training-row weights.
-
-    `state_xy`: the current state's GOAL COORDINATES. The stages default to `relevance`, `select` and
-    `train_weights`; pass functions with the same (positional) signatures to compose a variant (`select_fn` and
-    `weights_fn` apply to rule 'paper'); `round_weights` takes transforms of one `Context` instead. `params`: traced
-    settings (`ttt.hparams.HParams`) that replace `cfg`'s q, eps_rel and noise_alpha. Metrics (`span_metrics`):
-    `n_rel`, `n_selected` (spans kept), `threshold` (the worst kept score; NaN when empty), `empty` (nothing kept:
-    the caller keeps the pre-trained agent), `n_train_rows` (rows with weight > 0), `reach_frac` (kept spans that
-    reach the goal), `max_span` (rows in the longest kept span), and with an oracle `spearman`, `oracle_end_sel`,
-    `oracle_end_all`.
-    """
-    if select_fn not in (None, select) and cfg.rule_used != "paper":
-        raise ValueError(f"a custom select transform applies to rule 'paper' only, got rule={cfg.rule_used!r}")
+    """`round_weights` with the library's own stages, from plain arguments: the `Context` of a round at the state
+    whose GOAL COORDINATES are `state_xy`, with the selection key `key`; `params`: traced settings
+    (`ttt.hparams.HParams`) that replace `cfg`'s q, eps_rel and noise_alpha. To swap a stage, call `round_weights`
+    with a context and functions of it."""
     ctx = Context(data=data, goal_eps=goal_eps, cfg=cfg, params=params, state_xy=state_xy, key=key,
                   row_values=row_values, tables=tables)  # fmt: skip
-    rel_fn = relevance_ctx if relevance_fn in (None, relevance) else (
-        lambda c: relevance_fn(c.tables, c.data, c.state_xy, c.cfg, c.goal_eps, c.row_values))  # fmt: skip
-    sel_fn = select_ctx if select_fn in (None, select) else (lambda c: select_fn(c.key, c.tables, c.relevant, c.cfg))
-    w_fn = weights_ctx if weights_fn in (None, train_weights) else (
-        lambda c: weights_fn(c.tables, c.data, c.selection.mask))  # fmt: skip
-
-    def checked_select(c):
-        sel = sel_fn(c)
-        if not isinstance(sel, Selection):
-            raise TypeError(f"a select transform must return ttt.select.Selection, got {type(sel).__name__}")
-        return sel
-
-    return round_weights(ctx, rel_fn, checked_select, w_fn)
+    return round_weights(ctx)
 
 
 def training_rows(

@@ -17,14 +17,14 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ttt import select as _select
 from ttt.agents.common import Backbone
 from ttt.checkpoint import Checkpoint, check_compatible, dataset_hash, open_checkpoint
+from ttt.checks import check_transforms
 from ttt.data.files import load
 from ttt.data.specs import get_spec
 from ttt.envs import has_jax_env, make_env
 from ttt.envs.gym import max_episode_steps
-from ttt.episode import Transforms, TTTConfig
+from ttt.episode import Transforms, TTTConfig, check_value_function
 from ttt.errors import TttError
 from ttt.evaluation import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
@@ -190,15 +190,8 @@ def make_setup(
     except ValueError as e:
         raise TttError(str(e)) from None
 
-    if transforms.select not in (_select.select, _select.select_ctx) and ttt.select.rule_used != "paper":
-        why = "" if rule is not None else f" (the default of variant {variant})"
-        raise TttError(f"transforms.select: a select transform of your own applies to rule 'paper' only, but this "
-                       f"setup's rule is {ttt.select.rule_used!r}{why}; pass rule='paper'")  # fmt: skip
-    if variant == "ttt" and not backbone.has_value(cfg):
-        raise TttError(f"variant ttt needs a value function, which this {backbone.name} agent lacks; use ttt-mc")
-    if relevance == "value" and not backbone.has_value(cfg):
-        raise TttError(f"{label('relevance')} 'value' needs a value function, which this {backbone.name} agent lacks; "
-                       "use relevance 'distance'")  # fmt: skip
+    check_transforms(transforms, ttt.select)  # the episode's own rules, checked now, before anything compiles
+    check_value_function(backbone, cfg, ttt)
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms, graph)
 
 

@@ -4,15 +4,17 @@ recomputed with the episode's own keys and checked against what the episode reco
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
+from ttt.checks import check_transforms
 from ttt.envs.gym import make_gym_env
 from ttt.envs.oracle import has_oracle, maze_oracle
 from ttt.episode import make_round_fns, round_keys
 from ttt.evaluation import episode_batch
-from ttt.select import round_spans
+from ttt.select import Context, round_spans
 from ttt.storage import atomic_save_npz
 
 
@@ -71,11 +73,14 @@ def _save_episode_selection(seed: int, setup, agents, data, res, e: int, path: P
     sel = ttt.select
     goal_xy = setup.spec.goal_coords(goal)
 
+    transforms = check_transforms(setup.transforms, sel)
+
     @jax.jit
     def round_mask(key, tables, data, state):  # the dataset is an argument, never a captured constant
-
-        rel = setup.transforms.relevance(tables, data, setup.spec.goal_coords(state), sel, setup.spec.goal_eps, None)
-        return round_spans(key, tables, data, rel, sel, setup.transforms.select)
+        ctx = Context(data=data, goal_eps=setup.spec.goal_eps, cfg=sel, goal_xy=goal_xy, goal=goal, obs=state,
+                      state_xy=setup.spec.goal_coords(state), key=key, tables=tables)  # fmt: skip
+        ctx = dataclasses.replace(ctx, relevant=transforms.relevance(ctx))
+        return round_spans(ctx, transforms.select)[0]
 
     rng = np.random.default_rng(0)
     segs, seg_round, round_start, n_sel = [], [], [], []
