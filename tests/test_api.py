@@ -128,7 +128,7 @@ def test_the_graph_search_example_of_extending_md_runs_as_written(tiny_run, monk
 
 def test_load_run_returns_setup_agents_data_env(loaded):
     setup, agents, data, env = loaded
-    assert setup.backbone == "gcbc" and setup.ttt.K == 250 and setup.ttt.finetune.steps == 2
+    assert setup.backbone.name == "gcbc" and setup.ttt.K == 250 and setup.ttt.finetune.steps == 2
     assert setup.ttt.select.mode == "mc"
     assert all(x.shape[0] == 2 for x in jax.tree.leaves(eqx.filter(agents, eqx.is_array)))  # 2 seeds, stacked
     assert data.obs_dim == env.obs_dim == 2 and env.env_id == "pointmaze-medium-v0"
@@ -144,7 +144,7 @@ def test_task_ids_outside_1_to_5_are_refused(loaded, tasks):
 
 def test_agents_of_another_backbone_are_refused(loaded):
     setup, agents, data, env = loaded
-    qrl = ttt.QRL
+    qrl = QRL
     other = ttt.make_setup("base", QRL, qrl.Config(), setup.sampler, setup.spec, setup.max_steps)
     with pytest.raises(ttt.TttError, match=r"^agents: got ttt\.agents\.gcbc\.Agent, but the setup's backbone is qrl"):
         evaluate(other, agents, data, episodes=1, tasks=(1,), env=env)

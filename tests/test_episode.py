@@ -202,7 +202,7 @@ SHARD_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import test_episode as t
     from ttt.evaluation import EvalSetup, evaluate
-    setup = EvalSetup(GCBC, t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
+    setup = EvalSetup(t.GCBC, t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     out = []
     # (devices, batch): 3 does not divide over 2 devices, so the bound rounds down to 2 (12 = six calls of 2 elements).
     for n, b in ((1, 4), (2, 4), (2, 3)):
@@ -249,7 +249,7 @@ DIST_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     import test_episode as t
     from ttt.evaluation import EvalSetup, evaluate
-    setup = EvalSetup(GCBC, t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
+    setup = EvalSetup(t.GCBC, t.CFG, t.SAMPLER, t.SPEC, t.ttt_cfg(), t.L)
     # batch 4: the 1-device program of the two-device test (the compilation cache has it); padding: that test's (2, 3)
     res = evaluate(setup, t.agents(2), t.DATA, episodes=3, tasks=(1, 2), env=t.ENV, batch_size=4)
     print(json.dumps(dict(processes=jax.process_count(), devices=len(jax.devices()), success=res.success.tolist(),

@@ -22,6 +22,7 @@ of a round acts with `fold_in(k_act, i)`. The host driver uses the same keys, so
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -449,6 +450,200 @@ def _where_tree(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred.reshape(pred.shape + (1,) * (x.ndim - pred.ndim)), x, y), a, b)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Program:
+    """The static pieces of one episode program, which its parts read: the round functions (`prepare` and `adapt`
+    None without TTT), TTGS's functions (`ttt.graph.make_ttgs`; None without TTGS), and the configuration's shapes
+    and switches: K steps a round, R rounds, the lazy value pass, acting with the pre-trained agent past the horizon."""
+
+    prepare: Callable | None
+    adapt: Callable | None
+    act: Callable
+    build: Callable | None
+    plan: Callable | None
+    subgoal: Callable | None
+    after_step: Callable | None
+    ttt: TTTConfig | None
+    ttgs: TTGSConfig | None
+    K: int
+    R: int
+    max_steps: int
+    lazy: bool
+    reset_after: bool
+    action_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """What every round of one batch reads and never changes: the pre-trained agents (whole, and split into their
+    arrays and the rest), their optimiser states (None or vmapped on `opt_axis`), the environment, the dataset, the
+    oracle, each episode's settings, TTT keys and goal, the goal tables prepared at the start, the TTGS graphs, the
+    batch size `B` and the bucket size `G`."""
+
+    agents0: Any
+    opt_states0: Any
+    opt_axis: int | None
+    dyn0: Any
+    static: Any
+    env: Any
+    data: Dataset
+    oracle: Any
+    params: HParams
+    ttt_keys: PRNGKeyArray
+    goal: Array
+    tables: GoalTables | None
+    graphs: Any
+    B: int
+    G: int
+
+
+def _program(backbone: Backbone, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig | None,
+             max_steps: int, transforms: Transforms, ttgs: TTGSConfig | None) -> _Program:  # fmt: skip
+    lazy = lazy_pass(ttt, transforms)
+    if ttt is not None:  # with the lazy value pass the tables are carried from round to round
+        prepare, adapt, act = make_round_fns(backbone, cfg, sampler, spec, ttt, transforms, with_tables=lazy)
+    else:
+        prepare = adapt = None
+        act = make_act(backbone)
+    _, build, plan, subgoal, after_step = (None,) * 5 if ttgs is None else make_ttgs(backbone, cfg, spec, ttgs)
+    return _Program(prepare=prepare, adapt=adapt, act=act, build=build, plan=plan, subgoal=subgoal,
+                    after_step=after_step, ttt=ttt, ttgs=ttgs, K=max_steps if ttt is None else ttt.K,
+                    R=n_rounds(max_steps, ttt), max_steps=max_steps, lazy=lazy,
+                    reset_after=ttt is not None and ttt.reset_after_horizon, action_dim=spec.action_dim)  # fmt: skip
+
+
+def _prepare_batch(p: _Program, agents0, data: Dataset, goals, oracle, params) -> GoalTables:
+    """`prepare` vmapped over the batch: each episode's goal tables for its goal in `goals`."""
+    return jax.vmap(p.prepare, in_axes=(0, None, 0, None, 0))(agents0, data, goals, oracle, params)
+
+
+def _build_graphs(p: _Program, agents0, dyn0, static, data: Dataset, obs, goal):
+    """TTGS: one graph per goal, built one episode at a time (`lax.map`, so one n x n distance matrix is held at a
+    time), and each episode's path from its start; `(None, None)` without TTGS."""
+    if p.build is None:
+        return None, None
+    scale = distance_scale(p.ttgs, data)  # a property of the dataset: once, not per goal
+    graphs = jax.lax.map(lambda a: p.build(eqx.combine(a[0], static), data, a[1], scale), (dyn0, goal))
+    return graphs, jax.vmap(p.plan)(agents0, graphs, obs, goal)
+
+
+def _round(p: _Program, fx: _Batch, carry, r):
+    """Round `r` of the batch: its keys, its target (`_round_target`), the adapt schedule (`_adapt_round`), then K
+    environment steps (`_rollout`). The carry: (state, obs, done, success, steps, the lazy pass's cache, the TTGS
+    plans); the output: the round's (observations, actions) and its metrics."""
+    state, obs, done, success, steps, cache, plan_r = carry
+    k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(fx.ttt_keys, r)
+    all_done = jnp.all(done)
+    idle = done | ~fx.params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
+    target, tables, cache = _round_target(p, fx, obs, plan_r, cache)
+    agents, metrics, cache = _adapt_round(p, fx, r, k_adapt, idle, obs, target, tables, cache)
+    # An episode that had ended reports an idle round whether or not its batch still ran the round.
+    metrics = {**_where_tree(~idle, metrics, empty_round_metrics(fx.B)), "active": ~done}
+    steps_carry = (state, obs, done, success, steps, plan_r)
+    steps_carry, traj = _rollout(p, fx, r, k_act, agents, metrics["max_span"], all_done, steps_carry)
+    if p.subgoal is not None:
+        metrics = {**metrics, **jax.vmap(plan_metrics)(steps_carry[5])}
+    return (*steps_carry[:5], cache, steps_carry[5]), (traj, metrics)
+
+
+def _round_target(p: _Program, fx: _Batch, obs, plan_r, cache):
+    """The round's target and the goal tables its selection reads: the goal, with the tables prepared at the start
+    (with the lazy value pass, its cache, carried from round to round); with TTT and TTGS, TTGS's subgoal at the
+    round's start, with tables prepared for it each round anew (the lazy pass's cache restarts from them). Returns
+    `(target, tables, cache)`."""
+    if p.ttt is None or p.subgoal is None:
+        return fx.goal, (cache if p.lazy else fx.tables), cache
+    target, _ = jax.vmap(p.subgoal)(fx.agents0, fx.graphs, plan_r, obs, fx.goal)
+    tables = _prepare_batch(p, fx.agents0, fx.data, target, fx.oracle, fx.params)
+    return target, tables, (tables if p.lazy else cache)
+
+
+def _adapt_round(p: _Program, fx: _Batch, r, k_adapt, idle, obs, target, tables, cache):
+    """The round's adapt schedule: each episode's agent for the round, its round metrics and the lazy pass's cache
+    after the round (None without the lazy pass). Without TTT the pre-trained agents and idle metrics; with a bucket
+    as large as the batch the whole batch adapts together, the round skipped once every episode is `idle`; else the
+    running episodes adapt `G` at a time (`_adapt_live`)."""
+    B = fx.B
+    if p.ttt is None:
+        return fx.agents0, empty_round_metrics(B), cache
+    v_adapt = jax.vmap(lambda *a: p.adapt(*a, round=r), in_axes=(0, fx.opt_axis, 0, None, 0, 0, 0, 0))
+    if fx.G >= B:  # the whole batch adapts together until all of it has ended
+
+        def run(obs, cache):
+            out = v_adapt(fx.agents0, fx.opt_states0, k_adapt, fx.data, tables, obs, target, fx.params)
+            return eqx.filter(out[0], eqx.is_array), out[1], out[2] if p.lazy else cache
+
+        def skip(obs, cache):
+            return fx.dyn0, empty_round_metrics(B), cache
+
+        dyn, metrics, cache = jax.lax.cond(jnp.all(idle), skip, run, obs, cache)
+    else:
+        batched = (fx.agents0, fx.opt_states0, k_adapt, tables, obs, target, fx.params)
+        dyn, metrics, cache = _adapt_live(v_adapt, fx.G, idle, batched, fx.data, fx.dyn0, empty_round_metrics(B),
+                                          cache)  # fmt: skip
+    return eqx.combine(dyn, fx.static), metrics, cache
+
+
+def _rollout(p: _Program, fx: _Batch, r, k_act, agents, max_span, all_done, carry):
+    """The round's K environment steps (a `lax.scan` of `_env_step`), or none once every episode of the batch has
+    ended (the observations held, no actions). Returns the carry and the round's (K, B, ...) observations and
+    actions."""
+
+    def rollout(c):
+        return jax.lax.scan(lambda c, i: _env_step(p, fx, r, k_act, agents, max_span, c, i), c, jnp.arange(p.K))
+
+    def idle(c):
+        obs = c[1]
+        return c, (jnp.broadcast_to(obs, (p.K,) + obs.shape), jnp.zeros((p.K, fx.B, p.action_dim), obs.dtype))
+
+    return jax.lax.cond(all_done, idle, rollout, carry)
+
+
+def _env_step(p: _Program, fx: _Batch, r, k_act, agents, max_span, c, i):
+    """Step `i` of round `r`: each episode acts (towards TTGS's subgoal with TTGS; with the pre-trained agent once
+    `i` passes the longest kept span `max_span`, with `reset_after_horizon`) and its environment steps; ended
+    episodes and steps past `max_steps` change nothing. Returns the carry and the step's (observation, action)."""
+    state, obs, done, success, steps, plan_s = c
+    t = r * p.K + i
+    active = ~done & (t < p.max_steps)
+    keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(k_act, i)
+    target = fx.goal
+    if p.subgoal is not None:  # TTGS: act towards the subgoal
+        target, new_plan = jax.vmap(p.subgoal)(fx.agents0, fx.graphs, plan_s, obs, fx.goal)
+        plan_s = _where_tree(active, new_plan, plan_s)
+    a = jax.vmap(p.act)(agents, obs, target, keys, fx.params.temperature)
+    if p.reset_after:  # past the longest kept span: the pre-trained agent acts
+        a0 = jax.vmap(p.act)(fx.agents0, obs, target, keys, fx.params.temperature)
+        a = jnp.where((i > max_span)[:, None], a0, a)
+    new_state, new_obs, hit = jax.vmap(fx.env.step)(state, a)
+    state = _where_tree(active, new_state, state)
+    obs = jnp.where(active[:, None], new_obs, obs)
+    success = success | (active & hit)
+    steps = steps + active.astype(jnp.int32)
+    if p.subgoal is not None:
+        live = active & ~hit
+        plan_s = jax.vmap(p.after_step)(fx.agents0, fx.graphs, plan_s, obs, fx.goal, target, live)
+    done = done | (active & hit) | (t + 1 >= p.max_steps)
+    return (state, obs, done, success, steps, plan_s), (obs, jnp.where(active[:, None], a, 0.0))
+
+
+def _episode_out(p: _Program, success, steps, start, goal, traj, metrics) -> EpisodeOut:
+    """The batch's `EpisodeOut` from the rounds' outputs: observations and actions (R, K, B, d) -> (B, max_steps,
+    d), round metrics (R, B) -> (B, R)."""
+    obs_t, act_t = traj
+    obs_t = jnp.moveaxis(obs_t.reshape((p.R * p.K,) + obs_t.shape[2:]), 0, 1)[:, : p.max_steps]
+    act_t = jnp.moveaxis(act_t.reshape((p.R * p.K,) + act_t.shape[2:]), 0, 1)[:, : p.max_steps]
+    return EpisodeOut(
+        success=success,
+        steps=steps,
+        start=start,
+        goal=goal,
+        observations=obs_t,
+        actions=act_t,
+        rounds={k: jnp.moveaxis(v, 0, 1) for k, v in metrics.items()},  # (B, R)
+    )
+
+
 def make_episodes(
     backbone: Backbone,
     cfg,
@@ -478,127 +673,35 @@ def make_episodes(
     (replanning per `TTGSConfig.replan_factor`); the round metrics gain `ttt.graph.TTGS_METRICS`. With both `ttt`
     and `ttgs` (variant 'ttt+ttgs'), each round's GC-TTT selects and fine-tunes towards TTGS's subgoal at the
     round's start (its tables prepared for that subgoal, each round anew) instead of the final goal.
+
+    The program by role: `_round` runs one round of the batch: its target (`_round_target`: the goal, or TTGS's
+    subgoal), the adapt schedule (`_adapt_round`: the whole batch, or buckets of the running episodes, `_adapt_live`)
+    and the K-step rollout (`_rollout`, each step `_env_step`); `_episode_out` assembles the result.
     """
     if not (isinstance(max_steps, int) and max_steps >= 1):
         raise ValueError(f"max_steps must be an int >= 1, got {max_steps!r}")
     if ttt is not None and ttt.K > max_steps:
         raise ValueError(f"TTT period K must be in [1, {max_steps}] (the episode length), got {ttt.K}")
-    lazy = lazy_pass(ttt, transforms)
-    if ttt is not None:  # with the lazy value pass the tables are carried from round to round
-        prepare, adapt, act = make_round_fns(backbone, cfg, sampler, spec, ttt, transforms, with_tables=lazy)
-    else:
-        prepare = adapt = None
-        act = make_act(backbone)
-
-    K = max_steps if ttt is None else ttt.K
-    R = n_rounds(max_steps, ttt)
-    reset_after = ttt is not None and ttt.reset_after_horizon
-    graph_fns = None if ttgs is None else make_ttgs(backbone, cfg, spec, ttgs)
+    p = _program(backbone, cfg, sampler, spec, ttt, max_steps, transforms, ttgs)
 
     def episodes(agents0, opt_states0, env, data: Dataset, reset_keys, ttt_keys, tasks, oracle=None,
                  params=None) -> EpisodeOut:  # fmt: skip
         B = tasks.shape[0]
-        G = B if ttt is None or ttt.bucket is None else min(ttt.bucket, B)
         if params is None:
             params = broadcast(default_hparams(ttt, sampler, spec, transforms), B)
         state, obs, goal = jax.vmap(env.reset)(reset_keys, tasks)
-        tables = None
-        if ttt is not None:
-            tables = jax.vmap(prepare, in_axes=(0, None, 0, None, 0))(agents0, data, goal, oracle, params)
-        opt_axis = None if opt_states0 is None else 0
+        tables = None if ttt is None else _prepare_batch(p, agents0, data, goal, oracle, params)
         dyn0, static = eqx.partition(agents0, eqx.is_array)
-        graphs = plan0 = None
-        if graph_fns is not None:  # TTGS: one graph per goal, built one episode at a time; the path from the start
-            _, build, plan, subgoal, after_step = graph_fns
-            scale = distance_scale(ttgs, data)  # a property of the dataset: once, not per goal
-            graphs = jax.lax.map(lambda a: build(eqx.combine(a[0], static), data, a[1], scale), (dyn0, goal))
-            plan0 = jax.vmap(plan)(agents0, graphs, obs, goal)
-
-        def round_body(carry, r):
-            state, obs, done, success, steps, cache, plan_r = carry
-            tables_r, tables_now, target_r = (cache if lazy else tables), tables, goal
-            k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(ttt_keys, r)
-            all_done = jnp.all(done)
-            idle = done | ~params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
-            if ttt is not None and graph_fns is not None:  # GC-TTT towards TTGS's subgoal at the round's start
-                target_r, _ = jax.vmap(subgoal)(agents0, graphs, plan_r, obs, goal)
-                tables_now = jax.vmap(prepare, in_axes=(0, None, 0, None, 0))(agents0, data, target_r, oracle, params)
-                tables_r = tables_now
-                cache = tables_now if lazy else cache
-            if ttt is not None:
-
-                v_adapt = jax.vmap(lambda *a: adapt(*a, round=r), in_axes=(0, opt_axis, 0, None, 0, 0, 0, 0))
-                if G >= B:  # the whole batch adapts together until all of it has ended
-
-                    def run(obs, cache):
-                        out = v_adapt(agents0, opt_states0, k_adapt, data, tables_r, obs, target_r, params)
-                        return eqx.filter(out[0], eqx.is_array), out[1], out[2] if lazy else cache
-
-                    def skip(obs, cache):
-                        return dyn0, empty_round_metrics(B), cache
-
-                    dyn, metrics, cache = jax.lax.cond(jnp.all(idle), skip, run, obs, cache)
-                else:
-                    batched = (agents0, opt_states0, k_adapt, tables_now, obs, target_r, params)
-                    dyn, metrics, cache = _adapt_live(v_adapt, G, idle, batched, data, dyn0, empty_round_metrics(B),
-                                                      cache)  # fmt: skip
-                agents = eqx.combine(dyn, static)
-            else:
-                agents, metrics = agents0, empty_round_metrics(B)
-            # An episode that had ended reports an idle round whether or not its batch still ran the round.
-            metrics = {**_where_tree(~idle, metrics, empty_round_metrics(B)), "active": ~done}
-
-            def step_body(c, i):
-                state, obs, done, success, steps, plan_s = c
-                t = r * K + i
-                active = ~done & (t < max_steps)
-                keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(k_act, i)
-                target = goal
-                if graph_fns is not None:  # TTGS: act towards the subgoal
-                    target, new_plan = jax.vmap(subgoal)(agents0, graphs, plan_s, obs, goal)
-                    plan_s = _where_tree(active, new_plan, plan_s)
-                a = jax.vmap(act)(agents, obs, target, keys, params.temperature)
-                if reset_after:  # past the longest kept span: the pre-trained agent acts
-                    a0 = jax.vmap(act)(agents0, obs, target, keys, params.temperature)
-                    a = jnp.where((i > metrics["max_span"])[:, None], a0, a)
-                new_state, new_obs, hit = jax.vmap(env.step)(state, a)
-                state = _where_tree(active, new_state, state)
-                obs = jnp.where(active[:, None], new_obs, obs)
-                success = success | (active & hit)
-                steps = steps + active.astype(jnp.int32)
-                if graph_fns is not None:
-                    live = active & ~hit
-                    plan_s = jax.vmap(after_step)(agents0, graphs, plan_s, obs, goal, target, live)
-                done = done | (active & hit) | (t + 1 >= max_steps)
-                return (state, obs, done, success, steps, plan_s), (obs, jnp.where(active[:, None], a, 0.0))
-
-            def rollout(c):
-                return jax.lax.scan(step_body, c, jnp.arange(K))
-
-            def idle(c):
-                obs = c[1]
-                return c, (jnp.broadcast_to(obs, (K,) + obs.shape), jnp.zeros((K, B, spec.action_dim), obs.dtype))
-
-            carry, traj = jax.lax.cond(all_done, idle, rollout, (*carry[:5], plan_r))
-            if graph_fns is not None:
-                metrics = {**metrics, **jax.vmap(plan_metrics)(carry[5])}
-            return (*carry[:5], cache, carry[5]), (traj, metrics)
-
+        graphs, plan0 = _build_graphs(p, agents0, dyn0, static, data, obs, goal)
+        G = B if ttt is None or ttt.bucket is None else min(ttt.bucket, B)
+        fx = _Batch(agents0=agents0, opt_states0=opt_states0, opt_axis=None if opt_states0 is None else 0, dyn0=dyn0,
+                    static=static, env=env, data=data, oracle=oracle, params=params, ttt_keys=ttt_keys, goal=goal,
+                    tables=tables, graphs=graphs, B=B, G=G)  # fmt: skip
         init = (state, obs, jnp.zeros((B,), bool), jnp.zeros((B,), bool), jnp.zeros((B,), jnp.int32),
-                tables if lazy else None, plan0)  # fmt: skip
-        (_, _, _, success, steps, _, _), ((obs_t, act_t), metrics) = jax.lax.scan(round_body, init, jnp.arange(R))
-        # (R, K, B, d) -> (B, R * K, d)
-        obs_t = jnp.moveaxis(obs_t.reshape((R * K,) + obs_t.shape[2:]), 0, 1)[:, :max_steps]
-        act_t = jnp.moveaxis(act_t.reshape((R * K,) + act_t.shape[2:]), 0, 1)[:, :max_steps]
-        return EpisodeOut(
-            success=success,
-            steps=steps,
-            start=obs,
-            goal=goal,
-            observations=obs_t,
-            actions=act_t,
-            rounds={k: jnp.moveaxis(v, 0, 1) for k, v in metrics.items()},  # (B, R)
-        )
+                tables if p.lazy else None, plan0)  # fmt: skip
+        rounds = functools.partial(_round, p, fx)
+        (_, _, _, success, steps, _, _), (traj, metrics) = jax.lax.scan(rounds, init, jnp.arange(p.R))
+        return _episode_out(p, success, steps, obs, goal, traj, metrics)
 
     return episodes
 

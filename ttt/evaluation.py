@@ -497,20 +497,50 @@ def evaluate(
     Several processes (`jax.distributed.initialize` before any JAX work; on CPU with gloo collectives): every
     process calls `evaluate` with the same arguments, the batch is sharded over all processes' devices, and each
     process returns the complete result.
+
+    By role: `_validate` (the arguments), `_batches` (the episode grid and the call sizes), the driver (`_run_calls`
+    of `_compiled_calls` or `_host_calls`) and `_assemble` (the `EvalResult` / `GridResult`).
     """
+    progress = _progress_fn(progress)
+    env, tasks, n_seeds = _validate(setup, agents, data, episodes, seed, driver, env, tasks)
+    points, hps, point_values = _grid_params(setup, params, grid, base, driver)
+    n_total = n_seeds * len(tasks) * episodes * len(point_values)
+    check_eval_memory(setup, n_total, n_total if batch_size is None else batch_size)
+    oracle = _eval_oracle(setup)
+    batch_sh, repl = batch_sharding(n_devices if driver == "compiled" else 1)
+    eb, total, bs = _batches(seed, n_seeds, tasks, episodes, len(point_values), batch_size, batch_sh.mesh.size)
+    t0 = time.perf_counter()
+    if driver == "compiled":
+        run = _compiled_calls(setup, agents, opt_states, data, env, oracle, eb, hps, batch_sh, repl)
+    else:
+        run = _host_calls(setup, agents, opt_states, data, oracle, eb, seed)
+    outs = _run_calls(run, total, bs, progress)
+    wall = time.perf_counter() - t0
+    return _assemble(outs, tasks, episodes, n_seeds, points, point_values, grid, base, wall)
+
+
+def _progress_fn(progress) -> Callable[[int, int], None] | None:
+    """`evaluate`'s `progress` as a callback or None: None or True, the terminal line (None: only when stderr is a
+    terminal); False, none."""
+    if progress is None or progress is True:
+        return _terminal_progress() if progress or _stderr_is_terminal() else None
+    if progress is False:
+        return None
+    return progress
+
+
+def _validate(setup: EvalSetup, agents, data, episodes, seed, driver: str, env, tasks):
+    """`evaluate`'s checks of its arguments against each other and the setup, in order, each a one-line `TttError`.
+    Returns the env (the compiled driver's in-program env made where none was given), the task ids and the number
+    of seeds of `agents`."""
     if driver not in ("compiled", "host"):
         raise TttError(f"driver must be 'compiled' or 'host', got {driver!r}")
-    if progress is None or progress is True:
-        progress = _terminal_progress() if progress or _stderr_is_terminal() else None
-    elif progress is False:
-        progress = None
     if driver == "host" and setup.ttgs is not None:
         raise TttError("test-time graph search (setup.ttgs) runs in the compiled episode only: use driver 'compiled'")
     if isinstance(episodes, bool) or not isinstance(episodes, int | np.integer) or episodes < 1:
         raise TttError(f"episodes (per task and seed) must be an int >= 1, got {episodes!r}")
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**63:
         raise TttError(f"seed (the evaluation seed) must be an int in [0, 2^63), got {seed!r}")
-
     spec = setup.spec
     if setup.ttgs is not None and setup.ttgs.n_vertices > data.n_rows:
         raise TttError(f"ttgs: n_vertices ({setup.ttgs.n_vertices}) exceeds the dataset's {data.n_rows} rows; ask for "
@@ -525,75 +555,100 @@ def evaluate(
                        f"setup's dataset {spec.name} has {spec.ob_dim} and {spec.action_dim}")  # fmt: skip
     tasks = check_tasks(tasks, OGBENCH_TASKS if env is None else env.num_tasks, spec.env_id)
     n_seeds = check_agents(agents, setup.backbone, setup.cfg, spec.ob_dim, spec.action_dim)
-    points, hps, point_values = _grid_params(setup, params, grid, base, driver)
-    n_total = n_seeds * len(tasks) * episodes * len(point_values)
-    check_eval_memory(setup, n_total, n_total if batch_size is None else batch_size)
+    return env, tasks, n_seeds
 
-    oracle = None
+
+def _eval_oracle(setup: EvalSetup):
+    """The maze oracle of a GC-TTT evaluation on a point maze (selection with critic='oracle', the ranking
+    diagnostics otherwise), else None; critic 'oracle' elsewhere is a `TttError`."""
     if setup.ttt is not None and has_oracle(setup.spec.env_id):
-        oracle = maze_oracle(setup.spec.env_id)  # selection with critic='oracle'; ranking diagnostics otherwise
-    elif setup.ttt is not None and setup.ttt.critic == "oracle":
+        return maze_oracle(setup.spec.env_id)
+    if setup.ttt is not None and setup.ttt.critic == "oracle":
         raise TttError(
             f"critic 'oracle' needs a maze oracle, which {setup.spec.env_id} lacks (point mazes without teleports)"
         )
+    return None
+
+
+def _batches(seed: int, n_seeds: int, tasks, episodes: int, n_points: int, batch_size: int | None, n_dev: int):
+    """The (seed, task, episode) grid (`episode_batch`), the elements of all calls (every grid point, and the base
+    row, on the same episodes: the grid once per point, point-major) and the elements per call (`call_size`)."""
     eb = episode_batch(seed, n_seeds, tuple(tasks), episodes)
-    n_ep = len(eb)
-    total = n_ep * len(point_values)  # every point (and the base row) on the same episodes, point-major
-    batch_sh, repl = batch_sharding(n_devices if driver == "compiled" else 1)
-    n_dev = batch_sh.mesh.size
+    total = len(eb) * n_points
     bs = total if batch_size is None else batch_size
     if bs < 1:
         raise TttError(f"batch size must be >= 1 episodes, got {bs}")
-    bs = call_size(total, bs, n_dev)
-    t0 = time.perf_counter()
+    return eb, total, call_size(total, bs, n_dev)
+
+
+def _compiled_calls(setup: EvalSetup, agents, opt_states, data, env, oracle, eb: EpisodeBatch, hps, batch_sh, repl):
+    """`run(idx)` for the compiled driver: the elements `idx` of the point-major grid (each its episode of `eb` and
+    its point's settings of the stacked `hps`) as one call of the cached compiled program, the batch sharded over
+    `batch_sh`'s devices and the rest replicated (`repl`); the outputs as host arrays."""
+    program = _cached(make_compiled, program_setup(setup))
+    put = _put_global if jax.process_count() > 1 else jax.device_put
+    agents_r, opt_r, data_r = (put(x, repl) if x is not None else None for x in (agents, opt_states, data))
+    if jax.process_count() > 1:
+        env = put(env, repl)
+    n_ep = len(eb)
+
+    def run(idx: np.ndarray) -> dict:
+        sub = eb.take(idx % n_ep)
+        point_idx = jnp.asarray(idx // n_ep)
+        sub_params = jax.tree.map(lambda x, p=point_idx: x[p], hps)
+        out = program(
+            agents_r,
+            opt_r,
+            env,
+            data_r,
+            put(jnp.asarray(sub.seed_idx), batch_sh),
+            put(sub.reset_keys, batch_sh),
+            put(sub.ttt_keys, batch_sh),
+            put(jnp.asarray(sub.task), batch_sh),
+            None if oracle is None else put(oracle, repl),
+            jax.tree.map(lambda x: put(x, batch_sh), sub_params),
+        )
+        out = jax.tree.map(_fetch, out)
+        return dict(success=out.success, steps=out.steps, start=out.start, goal=out.goal,
+                    observations=out.observations, rounds=out.rounds)  # fmt: skip
+
+    return run
+
+
+def _host_calls(setup: EvalSetup, agents, opt_states, data, oracle, eb: EpisodeBatch, seed: int):
+    """`run(idx)` for the host driver: the episodes `idx` of `eb` stepped from Python (`run_host`) with the cached
+    jitted round functions."""
+    fns = _cached(make_host_fns, setup)
+
+    def run(idx: np.ndarray) -> dict:
+        return run_host(setup, agents, opt_states, data, eb.take(idx % len(eb)), seed=seed, fns=fns, oracle=oracle)
+
+    return run
+
+
+def _run_calls(run, total: int, bs: int, progress) -> list[dict]:
+    """The `total` elements in calls of `bs` (`run(idx)`), the last padded with repeats of its last element, which
+    are dropped; `progress(done, total)` before the first and after every call."""
     outs = []
-    if driver == "compiled":
-        program = _cached(make_compiled, program_setup(setup))
-        put = _put_global if jax.process_count() > 1 else jax.device_put
-        agents_r, opt_r, data_r = (put(x, repl) if x is not None else None for x in (agents, opt_states, data))
-        if jax.process_count() > 1:
-            env = put(env, repl)
-    else:
-        fns = _cached(make_host_fns, setup)
     if progress:
         progress(0, total)
     for start in range(0, total, bs):
-        idx = np.arange(start, start + bs)
-        idx = np.minimum(idx, total - 1)  # pad the last batch with repeats of its last element
-        sub = eb.take(idx % n_ep)
-        if driver == "compiled":
-            point_idx = jnp.asarray(idx // n_ep)
-            sub_params = jax.tree.map(lambda x, p=point_idx: x[p], hps)
-            out = program(
-                agents_r,
-                opt_r,
-                env,
-                data_r,
-                put(jnp.asarray(sub.seed_idx), batch_sh),
-                put(sub.reset_keys, batch_sh),
-                put(sub.ttt_keys, batch_sh),
-                put(jnp.asarray(sub.task), batch_sh),
-                None if oracle is None else put(oracle, repl),
-                jax.tree.map(lambda x: put(x, batch_sh), sub_params),
-            )
-            out = jax.tree.map(_fetch, out)
-            out = dict(
-                success=out.success,
-                steps=out.steps,
-                start=out.start,
-                goal=out.goal,
-                observations=out.observations,
-                rounds=out.rounds,
-            )
-        else:
-            out = run_host(setup, agents, opt_states, data, sub, seed=seed, fns=fns, oracle=oracle)
+        idx = np.minimum(np.arange(start, start + bs), total - 1)  # pad the last batch with repeats of its last element
+        out = run(idx)
         n_real = min(bs, total - start)
         outs.append(jax.tree.map(lambda x, n=n_real: x[:n], out))
         if progress:
             progress(start + n_real, total)
-    wall = time.perf_counter() - t0
+    return outs
+
+
+def _assemble(outs: list[dict], tasks, episodes: int, n_seeds: int, points, point_values, grid, base: bool,
+              wall: float) -> EvalResult | GridResult:  # fmt: skip
+    """The calls' outputs joined and reshaped: one `EvalResult` per grid point (the base row last, with `base`), each
+    array (seeds, tasks, episodes, ...); a `GridResult` of them with a grid or `base`, else the one result."""
     cat = jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
     shape = (len(tasks), episodes, n_seeds)
+    n_ep = n_seeds * len(tasks) * episodes
 
     def grid_of(x):  # (B, ...) task-major, seed fastest -> (seeds, tasks, episodes, ...)
         x = x.reshape(shape + x.shape[1:])
