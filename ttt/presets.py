@@ -164,6 +164,12 @@ def check_config_value(backbone: str, key: str, kind: str, v: Any) -> Any:
 
 def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[str, Any] | None = None):
     """The backbone `Config` and `SamplerConfig` for an agent preset on a dataset under a profile."""
+    return agent_configs(agent, spec, profile, overrides)[1:]
+
+
+def agent_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[str, Any] | None = None):
+    """`(backbone, cfg, sampler)`: the agent preset's `Backbone` record (looked up once), its `Config` and its
+    `SamplerConfig` on a dataset under a profile (`overrides`: config fields, each checked)."""
     preset, prof, backbone = get_agent(agent), get_profile(profile), agent_backbone(agent)
     fields = {f.name for f in dataclasses.fields(backbone.Config)}
     values: dict[str, Any] = {"batch_size": prof.batch_size}
@@ -199,4 +205,4 @@ def make_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[st
         actor=actor_mix,
         gc_negative=preset.gc_negative,
     )
-    return cfg, sampler
+    return backbone, cfg, sampler

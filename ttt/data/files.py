@@ -276,13 +276,15 @@ def list_datasets(directory: str | os.PathLike | None = None) -> list[dict]:
     return out
 
 
-def load(name: str, directory: str | os.PathLike | None = None, split: str = "train"):
-    """Read, check and build the device-resident `Dataset` of NAME (`split` 'train' or 'val')."""
+def load(name: str | DatasetSpec, directory: str | os.PathLike | None = None, split: str = "train"):
+    """Read, check and build the device-resident `Dataset` of NAME (or of a `DatasetSpec`; `split` 'train' or
+    'val')."""
     from ttt.data.dataset import Dataset
 
     if split not in ("train", "val"):
         raise TttError(f"split must be 'train' or 'val', got '{split}'")
-    spec = get_spec(name)
+    spec = name if isinstance(name, DatasetSpec) else get_spec(name)
+    name = spec.name
     path = resolve_dir(directory) / (f"{name}.npz" if split == "train" else f"{name}-val.npz")
     arrays = read_npz(path, spec)
     check_arrays(path, arrays, spec)

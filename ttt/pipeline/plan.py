@@ -34,7 +34,7 @@ from ttt.evaluation import EvalSetup, check_eval_memory
 from ttt.pipeline.config import Pipeline, effective_rule
 from ttt.pipeline.keys import cache_root, data_dir, eval_settings
 from ttt.pipeline.settings import relevance_everywhere, select_random_rank
-from ttt.presets import agent_backbone, get_profile, make_configs
+from ttt.presets import agent_configs, get_profile
 from ttt.setups import make_setup
 from ttt.storage import check_memory
 
@@ -142,11 +142,11 @@ def _train_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> TrainP
                          meta.get("step", 0), meta["seeds"], run["train_seed"], run["train_chunk"], checkpoint,
                          cache / "ckpt" / spec.name)  # fmt: skip
     try:
-        cfg, sampler = make_configs(run["agent"], spec, run["profile"], dict(run["agent_config"]))
+        backbone, cfg, sampler = agent_configs(run["agent"], spec, run["profile"], dict(run["agent_config"]))
     except TttError as e:
         raise TttError(f"{where}: agent_config: {e}") from None
     steps = get_profile(run["profile"]).steps if run["steps"] is None else run["steps"]
-    return TrainPlan(run["agent"], agent_backbone(run["agent"]), run["profile"], cfg, sampler, steps, run["seeds"],
+    return TrainPlan(run["agent"], backbone, run["profile"], cfg, sampler, steps, run["seeds"],
                      run["train_seed"], run["train_chunk"], checkpoint, cache / "ckpt" / spec.name)  # fmt: skip
 
 

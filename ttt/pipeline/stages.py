@@ -76,14 +76,14 @@ def load_data(plan: RunPlan, generate: bool, bar: BarFactory, echo: Echo):
     generated again. Datasets outside the cache (data_dir, OGBench's directory) are the user's: an error."""
     p = plan.data
     try:
-        return load(p.name, p.directory)
+        return load(p.spec, p.directory)
     except TttError as e:
         if not (p.cached and generate):
             raise
         echo(f"  data: cached dataset is corrupt ({e}); generating it again")
     with bar(f"generate {p.name}", "episodes") as b:
         gen(p.name, episodes=p.episodes, seed=p.seed, directory=p.directory, progress=b, expert=p.expert, force=True)
-    return load(p.name, p.directory)
+    return load(p.spec, p.directory)
 
 
 def ensure_checkpoint(plan: RunPlan, data, data_hash: str, train: bool, bar: BarFactory, echo: Echo) -> Checkpoint:
