@@ -164,15 +164,15 @@ def test_a_dataset_of_other_dimensions_is_refused(loaded):
 def test_a_transform_returning_the_wrong_type_is_named(loaded):
     setup, agents, data, env = loaded
 
-    def keep_relevant(key, tables, rel, cfg):  # returns the mask itself, not a Selection
-        return rel
+    def keep_relevant(ctx):  # returns the mask itself, not a Selection
+        return ctx.relevant
 
     bad = dataclasses.replace(setup, transforms=dataclasses.replace(ttt.Transforms(), select=keep_relevant))
     with pytest.raises(ttt.TttError, match=r"transform select \(.*keep_relevant\) returned .*must return a ttt\.sel"):
         evaluate(bad, agents, data, episodes=1, tasks=(1,), env=env)
 
-    def everywhere(tables, data, state_xy, cfg, goal_eps, row_values=None):  # a float array, not bool
-        return jnp.ones(data.observations.shape[0])
+    def everywhere(ctx):  # a float array, not bool
+        return jnp.ones(ctx.data.observations.shape[0])
 
     bad = dataclasses.replace(setup, transforms=dataclasses.replace(ttt.Transforms(), relevance=everywhere))
     with pytest.raises(ttt.TttError, match=r"transform relevance .* dtype float32; it must return a bool array"):

@@ -22,6 +22,7 @@ from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint
 from ttt.episode import TTTConfig, make_episode, make_episodes, make_round_fns, round_keys
+from ttt.errors import TttError
 from ttt.finetune import FinetuneConfig
 from ttt.presets import make_configs
 from ttt.pretrain import init_state
@@ -181,7 +182,7 @@ def test_config_errors():
     with pytest.raises(ValueError, match="K must be an int >= 1"):
         TTTConfig(K=0)
     no_critic, sampler = make_configs("gcbc", SPEC, "cpu", {"with_critic": False})
-    with pytest.raises(ValueError, match="use select mode 'mc'"):
+    with pytest.raises(TttError, match="variant ttt needs a value function .*; use ttt-mc"):
         make_episodes(GCBC, no_critic, sampler, SPEC, TTTConfig(K=8), L)
     make_episodes(GCBC, no_critic, sampler, SPEC, TTTConfig(K=8, select=SelectConfig(mode="mc")), L)
 
@@ -298,11 +299,11 @@ def test_a_variant_composes_from_swapped_transforms():
     from ttt import select
     from ttt.episode import Transforms
 
-    def everywhere(tables, data, state_xy, cfg, goal_eps, row_values=None):
-        return tables.eligible
+    def everywhere(ctx):
+        return ctx.tables.eligible
 
-    def flat_returns(data, goal_xy, values, cfg, goal_eps):
-        tables = select.precompute(data, goal_xy, values, cfg, goal_eps)
+    def flat_returns(ctx):
+        tables = select.precompute_ctx(ctx)
         return eqx.tree_at(lambda t: t.returns, tables, jnp.zeros_like(tables.returns))
 
     custom = dataclasses.replace(Transforms(), relevance=everywhere, precompute=flat_returns)

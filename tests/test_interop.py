@@ -47,8 +47,9 @@ def _checkpoint(path, agent, seeds=2, **overrides):
     # Move the parameters and Adam moments off their initial values so that every leaf is distinct.
     states = jax.tree.map(lambda x: x + 0.01 * jnp.arange(x.size, dtype=x.dtype).reshape(x.shape)
                           if jnp.issubdtype(x.dtype, jnp.floating) else x, states)  # fmt: skip
-    meta = dict(agent=agent, backbone=backbone, config=config_dict(cfg), sampler=config_dict(sampler), dataset=STITCH,
-                dataset_hash="0" * 16, obs_dim=2, action_dim=2, seeds=seeds, seed=0, profile="test")  # fmt: skip
+    meta = dict(agent=agent, backbone=backbone.name, config=config_dict(cfg), sampler=config_dict(sampler),
+                dataset=STITCH, dataset_hash="0" * 16, obs_dim=2, action_dim=2, seeds=seeds, seed=0,
+                profile="test")  # fmt: skip
     save_checkpoint(path, states, meta)
     return open_checkpoint(path)
 

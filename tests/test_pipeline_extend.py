@@ -134,6 +134,6 @@ def test_late_eval_keys_enter_the_key_only_when_set(tmp_path):
     ant = {**r, "dataset": "antmaze-medium-navigate-v0"}
     old_ant = digest(dict(checkpoint=ck, variant="ttt", dataset=ant["dataset"], **old))
     assert eval_key(plan_run(ant), tmp_path, meta) != old_ant
-    with pytest.raises(TttError, match="ft_alpha is the BC weight"):
+    with pytest.raises(TttError, match="ft_alpha .*BC weight alpha"):
         validate_run({**r, "ft_alpha": 0.3})
     validate_run({**r, "agent": "gciql", "ft_alpha": 0.3, "ft_train": "actor"})
