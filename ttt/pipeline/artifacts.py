@@ -5,6 +5,7 @@ recomputed with the episode's own keys and checked against what the episode reco
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -46,25 +47,29 @@ def save_selection_figure(ev, setup, agents, data, res, path: Path, max_segments
     if task == ev.tasks[0]:
         for old in (path, path.with_suffix(".success.npz"), path.with_suffix(".failure.npz")):
             old.unlink(missing_ok=True)
-    prepare = None  # the round functions, built once for both outcomes
     for outcome, hit in (("success", True), ("failure", False)):
         eps = np.flatnonzero((res.success[0, 0] > 0) == hit)
         if len(eps) and not path.with_suffix(f".{outcome}.npz").exists():
-            if prepare is None:
-                import jax
-
-                prepare = jax.jit(make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt,
-                                                 setup.transforms)[0])  # fmt: skip
-            _save_episode_selection(ev.seed, setup, prepare, agents, data, res, int(eps[0]),
+            _save_episode_selection(ev.seed, setup, agents, data, res, int(eps[0]),
                                     path.with_suffix(f".{outcome}.npz"), max_segments, task)  # fmt: skip
 
 
-def _save_episode_selection(seed: int, setup, prepare, agents, data, res, e: int, path: Path, max_segments: int,
+@functools.lru_cache(maxsize=4)
+def _jitted_prepare(setup):
+    """The setup's jitted `prepare`, built once for every figure of a row (the setup is hashable and immutable)."""
+    import jax
+
+    return jax.jit(make_round_fns(setup.backbone, setup.cfg, setup.sampler, setup.spec, setup.ttt,
+                                  setup.transforms)[0])  # fmt: skip
+
+
+def _save_episode_selection(seed: int, setup, agents, data, res, e: int, path: Path, max_segments: int,
                             task: int) -> None:  # fmt: skip
     import jax
     import jax.numpy as jnp
 
     ttt = setup.ttt
+    prepare = _jitted_prepare(setup)
     agent0 = jax.tree.map(lambda x: x[0] if hasattr(x, "shape") and x.ndim > 0 else x, agents)
     n_seeds, _, n_eps = res.success.shape
     eb = episode_batch(seed, n_seeds, (task,), n_eps)
