@@ -171,3 +171,17 @@ def test_default_bucket_follows_the_backend(tmp_path, monkeypatch):
     assert plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache").eval.setup.ttt.bucket is None
     three = plan_run(_runs(tmp_path, bucket=3)["ttt"], tmp_path / "cache")
     assert three.eval.setup.ttt.bucket == 3  # an explicit bucket wins
+
+
+def test_the_core_takes_the_backbone_record_and_a_name_is_refused_in_one_line(tmp_path):
+    """Values, not names: `EvalSetup` / `make_setup` take the `Backbone` record; a name is one line saying how to get
+    the record, before anything is built."""
+    from ttt.evaluation import EvalSetup
+
+    plan = plan_run(_runs(tmp_path)["ttt"], tmp_path / "cache")
+    t, spec = plan.train, plan.data.spec
+    assert EvalSetup(t.backbone, t.cfg, t.sampler, spec, None, 1000).backbone is GCBC
+    with pytest.raises(TttError, match=r"^EvalSetup\.backbone must be a backbone record \(ttt\.get_backbone\(name\)"):
+        EvalSetup("gcbc", t.cfg, t.sampler, spec, None, 1000)
+    with pytest.raises(TttError, match=r"backbone must be a backbone record"):
+        make_setup("base", "gcbc", t.cfg, t.sampler, spec, 1000)
