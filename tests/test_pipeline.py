@@ -78,6 +78,8 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     ckpt_meta = json.loads((cache / "ckpt" / ref / "meta.json").read_text())
     assert {r["checkpoint_sha256"] for r in recs.values()} == {ckpt_meta["state_sha256"]}  # one checkpoint, by content
     assert {r["dataset_hash"] for r in recs.values()} == {ckpt_meta["dataset_hash"]}
+    assert all(r["compute"]["device"] == "cpu" and r["compute"]["cpus"] >= 1 for r in recs.values())  # what ran it
+    assert ckpt_meta["compute"][0]["from_step"] == 0
     header = (out / "results.csv").read_text().splitlines()[0]
     assert header.startswith("name,group,dataset,agent,variant") and "welch_p" in header
     report = (out / "report.md").read_text()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ttt.agents import get_backbone
+from ttt.checkpoint import compute_info
 from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.errors import TttError
@@ -93,6 +94,21 @@ def test_interrupted_chunked_run_matches_uninterrupted(tmp_path):
     assert rest.meta == read_meta(tmp_path / "b") and rest.meta["step"] == 12
     again = pretrain("gciql", NAV, data, cfg, sampler, steps=12, seeds=2, out=tmp_path / "b", chunk_steps=4)
     assert again.meta == rest.meta and again.history == [] and again.start_step == 12
+
+
+def test_checkpoint_records_which_compute_trained_which_steps(tmp_path, monkeypatch):
+    # CPU arithmetic depends on the cores and XLA flags, so the metadata keeps one segment per change of them
+    data = toy_dataset()
+    cfg, sampler = tiny()
+    first = pretrain("gciql", NAV, data, cfg, sampler, steps=4, seeds=1, out=tmp_path, chunk_steps=4).meta
+    assert first["compute"] == [{"from_step": 0, **compute_info()}]
+    assert first["compute"][0]["cpus"] >= 1 and first["compute"][0]["device"] == "cpu"
+    same = pretrain("gciql", NAV, data, cfg, sampler, steps=8, seeds=1, out=tmp_path, chunk_steps=4).meta
+    assert same["compute"] == first["compute"]  # resumed on the same compute: still one segment
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+    other = pretrain("gciql", NAV, data, cfg, sampler, steps=12, seeds=1, out=tmp_path, chunk_steps=4).meta
+    assert [c["from_step"] for c in other["compute"]] == [0, 8]
+    assert other["compute"][1]["xla_flags"] == "--xla_cpu_multi_thread_eigen=false"
 
 
 def test_no_retrace_between_chunks():

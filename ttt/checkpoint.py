@@ -72,6 +72,20 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def compute_info() -> dict:
+    """What this process computes on: the device kind (e.g. 'cpu' or 'NVIDIA H100 80GB HBM3'), the CPUs it may use and
+    the XLA flags it runs with. CPU results depend on them (XLA's kernels round differently with one thread than with
+    two, and GC-TTT's 1,000 steps amplify it), so records and checkpoints say which; equal settings on another
+    `compute` need not give equal bits."""
+    import jax
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every platform
+        cpus = os.cpu_count() or 0
+    return dict(device=str(jax.devices()[0].device_kind), cpus=cpus, xla_flags=os.environ.get("XLA_FLAGS", ""))
+
+
 def dataset_hash(data: Dataset) -> str:
     h = hashlib.sha256()
     for name in ("observations", "actions", "ep_end"):

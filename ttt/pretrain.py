@@ -25,6 +25,7 @@ from ttt.agents.common import Backbone, step_targets
 from ttt.checkpoint import (  # noqa: F401  (TrainState, init_state, make_optimizer: also importable from here)
     TrainState,
     check_compatible,
+    compute_info,
     config_dict,
     dataset_hash,
     init_state,
@@ -190,6 +191,13 @@ def _pretrain(agent, backbone: Backbone, dataset, data, cfg, sampler, steps, see
         states = eqx.filter_vmap(lambda k: init_state(k, backbone, data.obs_dim, data.action_dim, cfg))(init_keys)
     names = metric_names(backbone, cfg, sampler, data.obs_dim, data.action_dim)
     done = start = int(np.asarray(states.step)[0])
+    # which compute trained which steps: one segment per change (a run resumed on another machine, or pinned to
+    # another number of cores); steps before the first segment were trained before checkpoints recorded it
+    segments = list(old.get("compute", [])) if old is not None else []
+    here = compute_info()
+    if not segments or {k: v for k, v in segments[-1].items() if k != "from_step"} != here:
+        segments.append({"from_step": start, **here})
+    meta["compute"] = segments
     history: list[dict] = []
     chunk_fns: dict[int, Callable] = {}
     rate_steps, rate_time = 0, 0.0

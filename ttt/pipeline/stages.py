@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ttt.checkpoint import Checkpoint, check_compatible, config_dict, open_checkpoint, read_meta
+from ttt.checkpoint import Checkpoint, check_compatible, compute_info, config_dict, open_checkpoint, read_meta
 from ttt.data.expert import NumpyExpert, load_actor
 from ttt.data.files import load
 from ttt.data.generate import generate as gen
@@ -324,6 +324,7 @@ def evaluate_run(
     cat = lambda k: np.concatenate([p[k] for p in per_task], axis=1)  # noqa: E731  (seeds, tasks, episodes, ...)
     success = cat("success")
     rates = success.mean(axis=(1, 2))
+    compute = compute_info()
     record = dict(
         run=run,
         checkpoint=checkpoint_ref(ckpt, plan.train.root.parent),  # the cache key, not this machine's path
@@ -335,7 +336,8 @@ def evaluate_run(
         profile=meta.get("profile"),
         rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
         driver=driver,
-        device=_device_kind(),
+        device=compute["device"],
+        compute=compute,  # the CPUs and XLA flags too: CPU records reproduce bit for bit only on equal ones
         eval_key=key,
         written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),  # which of two records is newer (no file times)
         seeds=int(success.shape[0]),
@@ -377,11 +379,4 @@ def _checked_setup(plan: RunPlan, checkpoint: Checkpoint):
                        f"another config than the run was planned with (it changed since); run the pipeline again")
     return plan.eval.setup
 
-
-def _device_kind() -> str:
-    """What ran the evaluation, e.g. 'cpu' or 'NVIDIA H100 80GB HBM3' (records from different machines differ in
-    floating point, not in their settings)."""
-    import jax
-
-    return str(jax.devices()[0].device_kind)
 
