@@ -372,3 +372,24 @@ def test_rederivation_counter_counts_calls_by_code_and_opens_by_file(tmp_path):
     assert (f["read_planning"], f["read_stages"], f["write"]) == (1, 1, 1)
     assert rederivation.classify("pointmaze-medium-navigate-v0-val.npz") == "dataset NAME-val.npz"
     assert rederivation.classify("ttt-0123456789ab.json") == "eval record ROW-KEY.json"
+
+
+def test_round_diagnostics_average_the_rounds_that_ran_by_hand():
+    """analyses/round_diagnostics.py: a metric's mean over active rounds only (a round after the episode ended, or a
+    None, does not count); selection metrics blank for rows that select nothing (base, ttgs)."""
+    sys.path.insert(0, str(BENCH / "analyses"))
+    try:
+        import round_diagnostics as rd
+    finally:
+        sys.path.remove(str(BENCH / "analyses"))
+    # 1 seed x 1 task x 2 episodes x 3 rounds; episode 1 ended after its first round
+    active = [[[[1, 1, 1], [1, 0, 0]]]]
+    rec = dict(mean=0.5, n_episodes=2, seeds=1, run=dict(variant="ttt"),
+               rounds=dict(active=active, spearman=[[[[0.2, None, 0.4], [0.9, 5.0, 5.0]]]],
+                           reach_frac=[[[[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]]]))  # fmt: skip
+    s = rd.summarise(rec)
+    assert s["spearman"] == pytest.approx((0.2 + 0.4 + 0.9) / 3)  # the None and the two inactive rounds left out
+    assert s["reach_frac"] == pytest.approx(2 / 4)
+    assert math.isnan(s["ttgs_hops"])  # a metric the row does not hold
+    base = rd.summarise({**rec, "run": dict(variant="ttgs"), "rounds": {**rec["rounds"], "ttgs_hops": active}})
+    assert math.isnan(base["spearman"]) and base["ttgs_hops"] == pytest.approx(1.0)

@@ -19,6 +19,7 @@ from ttt.graph import (
     penalised_weights,
     sample_vertices,
     shortest_to,
+    slide_path,
     value_steps,
 )
 
@@ -118,6 +119,28 @@ def test_long_path_is_truncated():
     assert (int(k), bool(reachable), bool(truncated)) == (4, True, True)
 
 
+def test_cut_path_slides_on_once_the_state_is_past_half_by_hand():
+    """The chain 0 -> 1 -> ... -> 7 held 4 vertices at a time: at closest 1 the path stays; at closest 2 (half of 4)
+    it is walked on from vertex 2; once the held path ends at the target it never moves again."""
+    n = 8
+    d = np.full((n, n), 500.0, np.float32)
+    for i in range(n - 1):
+        d[i, i + 1] = 2.0
+    cost, succ = shortest_to(penalised_weights(jnp.asarray(d), 24.0, 1000.0), n - 1)
+    path, k, _, _ = path_from(succ, cost, 0, 4)
+
+    def slid(path, k, closest):
+        path, k, closest, moved = slide_path(succ, cost, path, k, jnp.int32(closest))
+        return np.asarray(path).tolist(), int(k), int(closest), bool(moved)
+
+    assert slid(path, k, 1) == ([0, 1, 2, 3], 4, 1, False)  # under half: as it was
+    assert slid(path, k, 2) == ([2, 3, 4, 5], 4, 0, True)  # the same vertices on from 2, then the next ones
+    on, k_on, _, _ = path_from(succ, cost, 4, 4)  # [4, 5, 6, 7]: ends at the target
+    assert slid(on, k_on, 3) == ([4, 5, 6, 7], 4, 3, False)
+    short, k_short, _, _ = path_from(succ, cost, 5, 4)  # [5, 6, 7] padded: fewer than 4 vertices
+    assert slid(short, k_short, 2) == ([5, 6, 7, 7], 3, 2, False)
+
+
 @pytest.mark.parametrize(
     "d_path, d_goal, d_end, prev, want, want_closest",
     [
@@ -204,6 +227,43 @@ def test_episode_acts_towards_dataset_subgoals():
     assert (frac < 1.0).all()
     assert not np.array_equal(np.asarray(out.observations), np.asarray(base.observations))
     assert (np.asarray(out.rounds["ttgs_plans"]) >= 1).all() and (np.asarray(out.rounds["ttgs_unreachable"]) == 0).all()
+
+
+@pytest.mark.parametrize("mode", ["cut", "slide"])
+def test_walking_a_path_longer_than_max_hops(mode):
+    """Vertices at x = 0..7 on a line, neighbours 1 apart (tau 1.5: longer edges penalised), the goal at x = 7, 4
+    vertices held, threshold 1.5 (the subgoal: the next vertex). Walking the line, 'cut' hands out the goal once the
+    state is at the last held vertex (x = 3, 4 from the goal); 'slide' walks the path on and hands out x + 1 all the
+    way."""
+    from ttt.data.specs import get_spec
+    from ttt.graph import Graph, make_ttgs
+
+    cfg = TTGSConfig(n_vertices=8, tau=1.5, threshold=1.5, distance="l2", max_hops=4, path=mode)
+    _, _, plan, subgoal, _ = make_ttgs(GCBC, None, get_spec("pointmaze-medium-navigate-v0"), cfg)
+    xs = jnp.stack([jnp.arange(8.0), jnp.zeros(8)], axis=1)
+    d = jnp.abs(xs[:, None, 0] - xs[None, :, 0])
+    cost, succ = shortest_to(penalised_weights(d, cfg.tau, cfg.penalty), 7)
+    graph = Graph(vertices=xs, cost=cost, succ=succ, target=jnp.int32(7), scale=jnp.float32(1.0))
+    goal = xs[7]
+    p = plan(None, graph, xs[0], goal)
+    assert int(p.truncated) == 1 and int(p.n_points) == 4
+    handed = []
+    for x in range(7):
+        sub, p = subgoal(None, graph, p, xs[x], goal)
+        handed.append(float(sub[0]))
+    if mode == "cut":
+        assert handed == [1.0, 2.0, 3.0, 7.0, 7.0, 7.0, 7.0]  # past x = 3 (the last held vertex): the goal
+    else:
+        assert handed == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # x = 6 is within 1.5 of the goal: the goal itself
+
+
+def test_episode_with_paths_within_max_hops_is_the_same_whether_it_slides():
+    """Where no path is longer than max_hops, 'slide' never moves the path: the same episodes as 'cut'."""
+    cfg = dict(n_vertices=60, tau=6.0, threshold=4.0, distance="l2", max_hops=60)
+    cut, _ = _episodes(TTGSConfig(**cfg, path="cut"))
+    slide, _ = _episodes(TTGSConfig(**cfg, path="slide"))
+    assert (np.asarray(cut.rounds["ttgs_truncated"]) == 0).all()
+    np.testing.assert_array_equal(np.asarray(slide.observations), np.asarray(cut.observations))
 
 
 @pytest.mark.parametrize("mode, rule", [("critic", "episodes"), ("mc", "paper")])

@@ -106,6 +106,24 @@ def test_the_eval_key_names_the_rule_in_force(tmp_path):
     assert key(variant="ttt-mc") == key(variant="ttt-mc", rule="paper") != key(variant="ttt-mc", rule="episodes")
 
 
+def test_the_eval_key_names_the_ttgs_path_in_force(tmp_path):
+    # Graph-search rows hash what follows a long path's last held vertex: the default 'slide' (since 2026-11-28) is
+    # another evaluation than the 'cut' ones made before, whose keys held no such field; GC-TTT rows are unchanged.
+    from ttt.pipeline import load_pipeline, plan_run
+    from ttt.pipeline.keys import BASE_EVAL_KEYS, checkpoint_identity, digest, eval_key
+
+    meta = dict(agent="gcbc", backbone="gcbc", config={}, dataset="d", dataset_hash="h", obs_dim=2, action_dim=2,
+                seeds=1, state_file="s.eqx", state_sha256="0" * 64, step=1)  # fmt: skip
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(PIPE.replace('variant = "base"', 'variant = "ttgs"'))
+    (r,) = load_pipeline(pipe).runs
+    key = lambda **kw: eval_key(plan_run({**r, **kw}), tmp_path, meta)  # noqa: E731
+    before = digest(dict(checkpoint=checkpoint_identity(tmp_path, meta), variant="ttgs", dataset=r["dataset"],
+                         **{k: r[k] for k in BASE_EVAL_KEYS}))  # fmt: skip
+    assert len({before, key(), key(ttgs={"path": "cut"})}) == 3
+
+
 def test_late_eval_keys_enter_the_key_only_when_set(tmp_path):
     # ft_train / ft_alpha at their defaults leave a row's evaluation key as it was before they existed (the records
     # already made keep their keys); set, they make another evaluation; gcbc (no BC weight) refuses ft_alpha.

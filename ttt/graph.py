@@ -34,6 +34,7 @@ from ttt.data.dataset import Dataset
 from ttt.data.specs import DatasetSpec
 
 DISTANCES = ("value", "l2")
+PATHS = ("slide", "cut")
 FAR_STEPS = 10000.0  # what a NaN step count becomes (the published code's constant)
 TTGS_METRICS = ("ttgs_unreachable", "ttgs_plans", "ttgs_hops", "ttgs_truncated", "ttgs_goal_frac")
 
@@ -74,8 +75,11 @@ class TTGSConfig:
       goal, the goal itself;
     - `distance`: 'value' (steps from the backbone's `V(s, g)`, needs a value function) or 'l2' (the published
       `dist_mode='l2'`: goal-coordinate distance divided by the dataset's mean step length);
-    - `max_hops` (ours): the path is kept as `max_hops` vertices (a fixed shape; the published code keeps all);
-      a longer path is cut there and counted in the round metric `ttgs_truncated`;
+    - `max_hops` (ours): the path is held as `max_hops` vertices at a time (a fixed shape; the published code keeps
+      all); a longer path counts in the round metric `ttgs_truncated`, and `path` says what follows its last vertex:
+      'slide' (the default) walks on along the shortest-path successors once the state is past half of the held
+      vertices, so the whole path is followed as the published code follows it; 'cut' (before 2026-11-28) ends it
+      there, and past its last vertex the policy acts towards the final goal;
     - `replan_factor` (published default 0: off), `replan_cooldown` (50): replan from the current state when its
       distance to the current subgoal exceeds `replan_factor * threshold`, at most once per `replan_cooldown` steps;
     - `chunk`: rows of the vertex distance matrix per pass (memory only, not results).
@@ -87,6 +91,7 @@ class TTGSConfig:
     penalty: float = 1000.0
     distance: str = "value"
     max_hops: int = 64
+    path: str = "slide"
     replan_factor: float = 0.0
     replan_cooldown: int = 50
     vertex_seed: int = 0
@@ -103,6 +108,7 @@ class TTGSConfig:
             ("penalty", _finite(self.penalty) and self.penalty >= 1, "a finite number >= 1"),
             ("distance", self.distance in DISTANCES, f"one of {', '.join(DISTANCES)}"),
             ("max_hops", whole(self.max_hops, 2), "an int >= 2"),
+            ("path", self.path in PATHS, f"one of {', '.join(PATHS)}"),
             ("replan_factor", _finite(self.replan_factor) and self.replan_factor >= 0, "a finite number >= 0 (0: off)"),
             ("replan_cooldown", whole(self.replan_cooldown, 0), "an int >= 0"),
             ("vertex_seed", whole(self.vertex_seed, 0), "an int >= 0"),
@@ -193,6 +199,26 @@ def path_from(
     n_points = jnp.where(jnp.any(at_end), jnp.argmax(at_end) + 1, max_hops).astype(jnp.int32)
     path = jnp.where(jnp.arange(max_hops) < n_points, path, path[n_points - 1])
     return path, n_points, jnp.isfinite(cost[start]), ~jnp.any(at_end)
+
+
+def slide_path(
+    succ: Int[Array, " n"],
+    cost: Float[Array, " n"],
+    path: Int[Array, " P"],
+    n_points: Int[Array, ""],
+    closest: Int[Array, ""],
+) -> tuple[Int[Array, " P"], Int[Array, ""], Int[Array, ""], Bool[Array, ""]]:
+    """A held path that does not reach the target, walked on: when all `P` held vertices are path (`n_points == P`),
+    the last is not the target (its own successor) and `closest` is at least `P // 2`, the path re-walked from
+    `path[closest]` (the same vertices from there on, then the next ones: `P` again), with `closest` 0; else as it
+    was. Returns `(path, n_points, closest, moved)`: so a path longer than `P` is followed whole, `P // 2` or more
+    vertices ahead of the state always held."""
+    P = path.shape[0]
+    last = path[P - 1]
+    moved = (n_points == P) & (succ[last] != last) & (closest >= P // 2)
+    new, new_n, _, _ = path_from(succ, cost, path[closest], P)
+    keep = lambda a, b: jnp.where(moved, a, b)  # noqa: E731
+    return keep(new, path), keep(new_n, n_points), keep(jnp.int32(0), closest).astype(jnp.int32), moved
 
 
 def choose_subgoal(
@@ -321,6 +347,11 @@ def make_ttgs(backbone: Backbone, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
                     truncated=trunc + truncated.astype(jnp.int32), goal_steps=goal_steps, steps=steps)  # fmt: skip
 
     def subgoal(agent, graph: Graph, p: Plan, obs, goal) -> tuple[Float[Array, " obs"], Plan]:
+        if ttgs.path == "slide":  # a path longer than max_hops: walk on once the state is past half of it
+            path, n_points, closest, moved = slide_path(graph.succ, graph.cost, p.path, p.n_points, p.closest)
+            d_end = distance(agent, graph.scale, graph.vertices[path[n_points - 1]], goal)
+            p = dataclasses.replace(p, path=path, n_points=n_points, closest=closest,
+                                    d_end=jnp.where(moved, d_end, p.d_end))  # fmt: skip
         points = graph.vertices[p.path]
         d_path = distance(agent, graph.scale, obs[None], points)
         d_goal = distance(agent, graph.scale, obs, goal)
@@ -343,7 +374,7 @@ def make_ttgs(backbone: Backbone, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
 def plan_metrics(p: Plan) -> dict[str, Array]:
     """The round metrics of a plan (`TTGS_METRICS`), cumulative over the episode so far: `ttgs_unreachable` plans
     that found no path to the goal's vertex (the policy then acts towards the goal), `ttgs_plans` plans made,
-    `ttgs_hops` the current path's vertices, `ttgs_truncated` plans cut at `max_hops`, `ttgs_goal_frac` the
+    `ttgs_hops` the current path's vertices, `ttgs_truncated` plans longer than `max_hops`, `ttgs_goal_frac` the
     fraction of steps that acted towards the final goal."""
     return {
         "ttgs_unreachable": p.unreachable,

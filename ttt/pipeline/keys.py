@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ttt.checkpoint import config_dict
 from ttt.data.files import default_cache, default_dir
+from ttt.graph import TTGSConfig
 from ttt.pipeline.config import EVAL_KEYS, LATE_EVAL_KEYS, RUN_KEYS, effective_rule
 from ttt.storage import digest, file_sha256
 
@@ -95,6 +96,10 @@ def eval_settings(run: dict, env_id: str) -> dict:
     settings = {k: run[k] for k in keys if k not in LATE_EVAL_KEYS or run[k] != RUN_KEYS[k].default}
     if "rule" in settings:  # the rule in force, not `null`: a changed default is another evaluation
         settings["rule"] = effective_rule(run)
+    if run["variant"] in ("ttgs", "ttt+ttgs"):
+        # what follows a path's last held vertex, in force (since 2026-11-28 'slide'; records before hold 'cut'
+        # evaluations under keys without it, so the new default is never taken for them)
+        settings["ttgs_path"] = (run["ttgs"] or {}).get("path", TTGSConfig.path)
     if not env_id.startswith("pointmaze"):
         # Antmaze and cube episodes are drawn from the evaluation keys on both drivers since the compiled ant and
         # cube (before: the gym env's seeded reset on the host driver): another set of episodes, another evaluation.
