@@ -40,6 +40,12 @@ T5 = "table1-5seeds/evals"
 SAW_ANTMAZE = ((0.97, 0.01, 0.97, 0.01), (0.98, 0.01, 0.97, 0.01))
 # The same for GC-IQL (DDPG+BC)
 GCIQL_ANT = ((0.64, 0.05, 0.85, 0.02), (0.24, 0.05, 0.68, 0.05))
+# The paper's Table 1 on cube-single play: (agent, label, (base, base s.e., critic, critic s.e.))
+CUBE_PAPER = (("gcbc", "GC-BC", (0.05, 0.02, 0.08, 0.01)), ("gciql", "GC-IQL", (0.74, 0.03, 0.75, 0.02)),
+              ("saw", "SAW", (0.73, 0.03, 0.71, 0.03)))  # fmt: skip
+# `ttt run paper-main --set data_episodes=1000 --set steps=100000 --only "{gcbc,gciql,saw}-{base,ttt}-cube" --out
+# benchmarks/results/table1-cube`
+TC = "table1-cube/evals"
 
 
 # Which generation of the antmaze data each antmaze line's checkpoint trained on (RESULTS.md, "Antmaze data"): the
@@ -149,6 +155,11 @@ def lines() -> list[Line]:
                 out.append(Line("antmaze-medium", data, label3, "100k", Row(f"{p}base-{data}"),
                                 Row(f"{p}ttt-alpha3-{data}"), None, paper, note="not the paper's loss", modified=True,
                                 draw=ANT_DRAW[agent, data]))  # fmt: skip
+    for agent, label, paper in CUBE_PAPER:
+        # Issue 63's fourth environment: cube-single play at OGBench's size (1000 episodes), paper-main's tuned rows
+        # (GC-BC lr 3e-4 N 100 K 100; GC-IQL lr 3e-5 N 50 K 100; SAW lr 3e-5 N 50 K 200), 100k cpu-profile updates
+        p = f"{TC}/{agent}-"
+        out.append(Line("cube-single", "play", label, "100k", Row(f"{p}base-cube"), Row(f"{p}ttt-cube"), None, paper))
     for gpu in sorted(RES.glob("gpu/*/table1-antmaze")):
         # The GPU queue's antmaze rows (benchmarks/gpu_queue.sh, ANT_GROUPS): pipelines/table1.toml's SAW rows as the
         # CPU runs them (cpu profile, 100k; earlier queues), and its GC-IQL stitch rows in the paper profile
