@@ -175,6 +175,48 @@ def test_rows_pair_only_by_digest(tmp_path, monkeypatch):
     x = claims.load(claims.Row("t/evals/base"))
     assert x["path"].name == "base-aaaaaaaaaaaa.json" and x["tied"] == 3 and "(1 of 3 records)" in claims.fmt(x)
 
+def test_graph_search_records_of_an_earlier_path_default_are_taken_last(tmp_path, monkeypatch):
+    """A TTGS row's record made before `ttgs_path` existed ran 'cut'; a record of the path in force ('slide') is
+    taken over it even with fewer episodes, and the 'cut' one, where it is all there is, says how to rerun it."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import claims
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    from ttt.pipeline.keys import record_ttgs_path
+
+    evals = tmp_path / "t" / "evals"
+    evals.mkdir(parents=True)
+    monkeypatch.setattr(claims, "RES", tmp_path)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+
+    def put(key, episodes, **extra):
+        rec = {"success": np.ones((3, 1, episodes)).tolist(), "run": {"name": "g", "variant": "ttgs"}, **extra}
+        (evals / f"g-{key}.json").write_text(json.dumps(rec))
+
+    put("aaaaaaaaaaaa", 10)  # before 14febb1: no ttgs_path
+    assert record_ttgs_path(json.loads((evals / "g-aaaaaaaaaaaa.json").read_text())) == "cut"
+    assert record_ttgs_path({"run": {"variant": "ttt"}}) is None
+    old = claims.load(claims.Row("t/evals/g"))
+    assert old["path"].name == "g-aaaaaaaaaaaa.json" and "TTGS path 'cut'" in old["command"]
+    put("bbbbbbbbbbbb", 2, ttgs_path="slide")
+    new = claims.load(claims.Row("t/evals/g"))
+    assert new["path"].name == "g-bbbbbbbbbbbb.json" and "TTGS path" not in new["command"]
+
+
+def test_an_evaluation_says_each_tasks_compute_where_they_differ():
+    """A record's `compute`: one dict where every task's part ran on the same; else each task's, None for a part
+    written before parts recorded it (a resumed evaluation does not claim one machine)."""
+    from ttt.pipeline.stages import _compute
+
+    a = {"device": "cpu", "cpus": 1, "xla_flags": ""}
+    b = {**a, "cpus": 2}
+    part = lambda c: {"compute": np.asarray(json.dumps(c))}  # noqa: E731
+    assert _compute([part(a), part(a)], (1, 2)) == a
+    assert _compute([part(a), part(b)], (1, 2)) == [dict(task=1, compute=a), dict(task=2, compute=b)]
+    assert _compute([{}, part(a)], (3, 4)) == [dict(task=3, compute=None), dict(task=4, compute=a)]
+
+
 def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypatch):
     """The published-code cell: the first run's records, then each rerun on other checkpoints (a subfolder) as its
     own base -> critic; an unfinished row says how far it got."""
@@ -393,3 +435,7 @@ def test_round_diagnostics_average_the_rounds_that_ran_by_hand():
     assert math.isnan(s["ttgs_hops"])  # a metric the row does not hold
     base = rd.summarise({**rec, "run": dict(variant="ttgs"), "rounds": {**rec["rounds"], "ttgs_hops": active}})
     assert math.isnan(base["spearman"]) and base["ttgs_hops"] == pytest.approx(1.0)
+    # TTGS's metrics count over the episode so far: each episode's last round that ran is its value (0.4 and 0.2)
+    frac = [[[[0.0, 0.5, 0.4], [0.2, 9.0, 9.0]]]]
+    both = rd.summarise({**rec, "run": dict(variant="ttt+ttgs"), "rounds": {**rec["rounds"], "ttgs_goal_frac": frac}})
+    assert both["ttgs_goal_frac"] == pytest.approx(0.3) and both["spearman"] == pytest.approx(s["spearman"])

@@ -229,41 +229,50 @@ def test_episode_acts_towards_dataset_subgoals():
     assert (np.asarray(out.rounds["ttgs_plans"]) >= 1).all() and (np.asarray(out.rounds["ttgs_unreachable"]) == 0).all()
 
 
-@pytest.mark.parametrize("mode", ["cut", "slide"])
-def test_walking_a_path_longer_than_max_hops(mode):
-    """Vertices at x = 0..7 on a line, neighbours 1 apart (tau 1.5: longer edges penalised), the goal at x = 7, 4
-    vertices held, threshold 1.5 (the subgoal: the next vertex). Walking the line, 'cut' hands out the goal once the
-    state is at the last held vertex (x = 3, 4 from the goal); 'slide' walks the path on and hands out x + 1 all the
-    way."""
+def _walk(mode, max_hops, xs_visited):
+    """The subgoals (their x) TTGS hands out to a state visiting `xs_visited` on a line of vertices x = 0..7,
+    neighbours 1 apart (tau 1.5: longer edges penalised), the goal at x = 7, threshold 1.5 (the next vertex)."""
     from ttt.data.specs import get_spec
     from ttt.graph import Graph, make_ttgs
 
-    cfg = TTGSConfig(n_vertices=8, tau=1.5, threshold=1.5, distance="l2", max_hops=4, path=mode)
+    cfg = TTGSConfig(n_vertices=8, tau=1.5, threshold=1.5, distance="l2", max_hops=max_hops, path=mode)
     _, _, plan, subgoal, _ = make_ttgs(GCBC, None, get_spec("pointmaze-medium-navigate-v0"), cfg)
     xs = jnp.stack([jnp.arange(8.0), jnp.zeros(8)], axis=1)
     d = jnp.abs(xs[:, None, 0] - xs[None, :, 0])
     cost, succ = shortest_to(penalised_weights(d, cfg.tau, cfg.penalty), 7)
     graph = Graph(vertices=xs, cost=cost, succ=succ, target=jnp.int32(7), scale=jnp.float32(1.0))
-    goal = xs[7]
-    p = plan(None, graph, xs[0], goal)
-    assert int(p.truncated) == 1 and int(p.n_points) == 4
+    p = plan(None, graph, xs[xs_visited[0]], xs[7])
     handed = []
-    for x in range(7):
-        sub, p = subgoal(None, graph, p, xs[x], goal)
+    for x in xs_visited:
+        sub, p = subgoal(None, graph, p, xs[x], xs[7])
         handed.append(float(sub[0]))
+    return handed, int(p.truncated)
+
+
+@pytest.mark.parametrize("mode", ["cut", "slide"])
+def test_walking_a_path_longer_than_max_hops(mode):
+    """4 vertices held of the 8-vertex path. Walking the line, 'cut' hands out the goal once the state is at the
+    last held vertex (x = 3, 4 from the goal); 'slide' walks the path on and hands out x + 1 all the way. A state
+    that jumps to the last held vertex gets that vertex under 'slide' (the held end is not the path's end), then
+    the path walks on."""
+    handed, truncated = _walk(mode, 4, [0, 1, 2, 3, 4, 5, 6])
+    assert truncated == 1
+    jump, _ = _walk(mode, 4, [0, 3, 4])
     if mode == "cut":
         assert handed == [1.0, 2.0, 3.0, 7.0, 7.0, 7.0, 7.0]  # past x = 3 (the last held vertex): the goal
+        assert jump == [1.0, 7.0, 7.0]
     else:
         assert handed == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # x = 6 is within 1.5 of the goal: the goal itself
+        assert jump == [1.0, 3.0, 5.0]
 
 
-def test_episode_with_paths_within_max_hops_is_the_same_whether_it_slides():
-    """Where no path is longer than max_hops, 'slide' never moves the path: the same episodes as 'cut'."""
-    cfg = dict(n_vertices=60, tau=6.0, threshold=4.0, distance="l2", max_hops=60)
-    cut, _ = _episodes(TTGSConfig(**cfg, path="cut"))
-    slide, _ = _episodes(TTGSConfig(**cfg, path="slide"))
-    assert (np.asarray(cut.rounds["ttgs_truncated"]) == 0).all()
-    np.testing.assert_array_equal(np.asarray(slide.observations), np.asarray(cut.observations))
+def test_a_path_that_fits_max_hops_exactly_is_the_same_whether_it_slides():
+    """8 vertices held of the 8-vertex path (the boundary: the held end is the target): 'slide' never moves it, so
+    both modes hand out the same subgoals, jumps included."""
+    for visited in ([0, 1, 2, 3, 4, 5, 6], [0, 3, 4, 6]):
+        cut, t_cut = _walk("cut", 8, visited)
+        slide, t_slide = _walk("slide", 8, visited)
+        assert cut == slide and t_cut == t_slide == 0
 
 
 @pytest.mark.parametrize("mode, rule", [("critic", "episodes"), ("mc", "paper")])

@@ -74,9 +74,10 @@ def package_versions() -> dict[str, str]:
 
 def compute_info() -> dict:
     """What this process computes on: the device kind (e.g. 'cpu' or 'NVIDIA H100 80GB HBM3'), the CPUs it may use and
-    the XLA flags it runs with. CPU results depend on them (XLA's kernels round differently with one thread than with
-    two, and GC-TTT's 1,000 steps amplify it), so records and checkpoints say which; equal settings on another
-    `compute` need not give equal bits."""
+    the XLA flags of its environment (XLA reads them when it starts: set them before the process, not during it).
+    CPU results depend on them (XLA's kernels round differently with one thread than with two, and GC-TTT's 1,000
+    steps amplify it), so records and checkpoints say which; equal settings on another `compute` need not give equal
+    bits."""
     import jax
 
     try:

@@ -211,8 +211,8 @@ def slide_path(
     """A held path that does not reach the target, walked on: when all `P` held vertices are path (`n_points == P`),
     the last is not the target (its own successor) and `closest` is at least `P // 2`, the path re-walked from
     `path[closest]` (the same vertices from there on, then the next ones: `P` again), with `closest` 0; else as it
-    was. Returns `(path, n_points, closest, moved)`: so a path longer than `P` is followed whole, `P // 2` or more
-    vertices ahead of the state always held."""
+    was. Returns `(path, n_points, closest, moved)`: so a path longer than `P` is followed whole, walked on at the
+    step after the state's closest point passes half of the held vertices."""
     P = path.shape[0]
     last = path[P - 1]
     moved = (n_points == P) & (succ[last] != last) & (closest >= P // 2)
@@ -285,7 +285,7 @@ class Plan(eqx.Module):
     since: Int[Array, ""]  # steps since the last (re)plan
     plans: Int[Array, ""]  # plans made (the first included)
     unreachable: Int[Array, ""]  # plans that found no path to the goal's vertex
-    truncated: Int[Array, ""]  # plans cut at max_hops
+    truncated: Int[Array, ""]  # plans longer than max_hops
     goal_steps: Int[Array, ""]  # steps acting towards the final goal
     steps: Int[Array, ""]  # steps acted
 
@@ -347,15 +347,20 @@ def make_ttgs(backbone: Backbone, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
                     truncated=trunc + truncated.astype(jnp.int32), goal_steps=goal_steps, steps=steps)  # fmt: skip
 
     def subgoal(agent, graph: Graph, p: Plan, obs, goal) -> tuple[Float[Array, " obs"], Plan]:
+        d_end = p.d_end
         if ttgs.path == "slide":  # a path longer than max_hops: walk on once the state is past half of it
             path, n_points, closest, moved = slide_path(graph.succ, graph.cost, p.path, p.n_points, p.closest)
             d_end = distance(agent, graph.scale, graph.vertices[path[n_points - 1]], goal)
             p = dataclasses.replace(p, path=path, n_points=n_points, closest=closest,
                                     d_end=jnp.where(moved, d_end, p.d_end))  # fmt: skip
+            # the held end of a longer path is not the path's end: its fallback is the next held vertex, never the
+            # goal (the path walks on at the next step)
+            last = p.path[-1]
+            d_end = jnp.where((p.n_points == P) & (graph.succ[last] != last), 0.0, p.d_end)
         points = graph.vertices[p.path]
         d_path = distance(agent, graph.scale, obs[None], points)
         d_goal = distance(agent, graph.scale, obs, goal)
-        k, closest = choose_subgoal(d_path, p.n_points, d_goal, p.d_end, p.closest, ttgs.threshold, p.reachable)
+        k, closest = choose_subgoal(d_path, p.n_points, d_goal, d_end, p.closest, ttgs.threshold, p.reachable)
         sub = jnp.where(k < 0, goal, points[jnp.maximum(k, 0)])
         p = dataclasses.replace(p, closest=closest, goal_steps=p.goal_steps + (k < 0), steps=p.steps + 1,
                                 since=p.since + 1)  # fmt: skip

@@ -11,8 +11,9 @@ docs/algorithm.md's round metrics say about the selection and the graph search:
   candidate span (a ratio well under 1: the selection keeps spans that end nearer than the average candidate);
 - `reach_frac`: the kept spans that reach the target's region; `n_selected` / `max_span`: how many spans were kept
   and the longest (steps); `empty`: rounds that kept nothing;
-- TTGS (where the row plans): `ttgs_goal_frac` (steps acting towards the final goal itself), `ttgs_hops` (vertices
-  on the path), `ttgs_truncated` (plans cut at `max_hops`), `ttgs_unreachable` (plans without a path).
+- TTGS (where the row plans; these count over the episode so far, so each episode's last round that ran is read):
+  `ttgs_goal_frac` (steps acting towards the final goal itself), `ttgs_hops` (vertices held of the path, at most
+  `max_hops`), `ttgs_truncated` (plans longer than `max_hops`), `ttgs_unreachable` (plans without a path).
 
 Nothing is rerun; the round's target is the episode's goal for GC-TTT and TTGS's waypoint for `ttt+ttgs` rows.
 """
@@ -42,7 +43,12 @@ def summarise(rec: dict) -> dict:
             out[k] = float("nan")
             continue
         a = np.asarray(rounds[k], float)  # (seeds, tasks, episodes, rounds): None -> nan
-        vals = a[active & np.isfinite(a)]
+        if k.startswith("ttgs_"):  # cumulative over the episode: its last round that ran
+            last = active.shape[-1] - 1 - np.argmax(active[..., ::-1], axis=-1)
+            a = np.take_along_axis(a, last[..., None], axis=-1)[..., 0]
+            vals = a[active.any(-1) & np.isfinite(a)]
+        else:
+            vals = a[active & np.isfinite(a)]
         out[k] = float(vals.mean()) if vals.size else float("nan")
     return out
 

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ttt import stats
+from ttt.graph import TTGSConfig
+from ttt.pipeline.keys import record_ttgs_path
 
 ROOT = Path(__file__).resolve().parents[2]
 RES = ROOT / "benchmarks" / "results"
@@ -71,6 +73,12 @@ def _n(d: dict, row: Row) -> int:
     return int(np.asarray(_rec(d, row)["success"]).size)
 
 
+def _current(d: dict) -> bool:
+    """The record's graph search (if any) ran as it now runs (`ttgs_path`): a 'cut' record of an earlier default
+    is taken only where no current one exists."""
+    return record_ttgs_path(d) in (None, TTGSConfig.path)
+
+
 def _loaded(d: dict, path: Path, row: Row, tied: int = 1) -> dict:
     """One record as the tables read it: per-seed and per-(seed, task) rates, episodes, the command, the digests."""
     s = np.asarray(_rec(d, row)["success"], float)  # (seeds, tasks, episodes)
@@ -89,7 +97,7 @@ def load(row: Row, n: int | None = None) -> dict | None:
     found = _found(row)
     if not found:
         return None
-    rank = lambda dp: (_n(dp[0], row) == n, _n(dp[0], row))  # noqa: E731
+    rank = lambda dp: (_current(dp[0]), _n(dp[0], row) == n, _n(dp[0], row))  # noqa: E731
     best = max(rank(dp) for dp in found)
     ties = [dp for dp in found if rank(dp) == best]
     return _loaded(*ties[0], row, len(ties))
@@ -126,7 +134,8 @@ def load_pair(a: Row, b: Row) -> tuple[dict | None, dict | None]:
     def rank(xy):  # episodes, a pair by digest, then the same checkpoint name (content, not proof: still unpaired)
         (x, px), (y, py) = xy
         same_name = x.get("checkpoint") is not None and x.get("checkpoint") == y.get("checkpoint")
-        return _n(x, a), stats.pairable(_loaded(x, px, a)["rec"], _loaded(y, py, b)["rec"]), same_name
+        current = _current(x) and _current(y)
+        return current, _n(x, a), stats.pairable(_loaded(x, px, a)["rec"], _loaded(y, py, b)["rec"]), same_name
 
     ranks = [rank(xy) for xy in same]
     best = max(ranks)
@@ -143,7 +152,15 @@ def command(path: Path, d: dict) -> str:
     """The command that writes this record: for a pipeline record (`OUT/evals/NAME-KEY.json`), `ttt run PIPELINE
     --only NAME --out OUT` with a `--set` for every key on which the record's run differs from the pipeline file's
     (e.g. `episodes=2` for a 30-episode screen); a record of another machine says which; a `ttt eval --json` file of
-    `benchmarks/studies/ttt_rows.py`, that script."""
+    `benchmarks/studies/ttt_rows.py`, that script. A graph-search record of an earlier path default says so (the
+    command now runs the current one)."""
+    ttgs = record_ttgs_path(d)
+    old = ttgs is not None and ttgs != TTGSConfig.path
+    note = f" (TTGS path '{ttgs}', before commit 14febb1: add path = \"{ttgs}\" to the row's ttgs table)" if old else ""
+    return _command(path, d) + note
+
+
+def _command(path: Path, d: dict) -> str:
     rel = path.relative_to(ROOT).as_posix()
     if path.parent.name != "evals" or "run" not in d:
         return f"`python benchmarks/studies/ttt_rows.py` ({rel})"

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ttt import stats
+from ttt.pipeline.keys import record_ttgs_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims import replace_block  # noqa: E402
@@ -77,6 +78,9 @@ def pool(files: list[list[dict]]) -> list[dict]:
         if len(set(ckpts)) < len(ckpts):
             raise ValueError(f"{name}: two files share checkpoint {ckpts}; pooling would count its seeds twice")
         runs = [{k: v for k, v in r["run"].items() if k not in _POOL_FREE} for r in parts]
+        if len({record_ttgs_path(r) for r in parts}) > 1:
+            raise ValueError(f"{name}: the files ran graph search with different paths past max_hops (ttgs_path "
+                             f"{[record_ttgs_path(r) for r in parts]}); pool records of one")  # fmt: skip
         if any(x != runs[0] for x in runs) or len({r["checkpoint_step"] for r in parts}) > 1:
             raise ValueError(f"{name}: the files ran it with different settings; only the training seeds may differ")
         per_seed = np.concatenate([np.asarray(r["per_seed"], float) for r in parts])

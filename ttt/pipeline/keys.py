@@ -97,14 +97,23 @@ def eval_settings(run: dict, env_id: str) -> dict:
     if "rule" in settings:  # the rule in force, not `null`: a changed default is another evaluation
         settings["rule"] = effective_rule(run)
     if run["variant"] in ("ttgs", "ttt+ttgs"):
-        # what follows a path's last held vertex, in force (since 2026-11-28 'slide'; records before hold 'cut'
-        # evaluations under keys without it, so the new default is never taken for them)
+        # what follows a path's last held vertex, in force ('slide' since commit 14febb1; the records before it
+        # are 'cut' evaluations under keys without it, so the new default is never taken for them)
         settings["ttgs_path"] = (run["ttgs"] or {}).get("path", TTGSConfig.path)
     if not env_id.startswith("pointmaze"):
         # Antmaze and cube episodes are drawn from the evaluation keys on both drivers since the compiled ant and
         # cube (before: the gym env's seeded reset on the host driver): another set of episodes, another evaluation.
         settings["episodes_from"] = "keys"
     return settings
+
+
+def record_ttgs_path(rec: dict) -> str | None:
+    """What followed a long path's last held vertex in a record's graph search (`TTGSConfig.path`): its `ttgs_path`;
+    'cut' for a graph-search row written before it was recorded (commit 14febb1, when 'slide' became the default);
+    None for a row without graph search."""
+    if (rec.get("run") or {}).get("variant") not in ("ttgs", "ttt+ttgs"):
+        return None
+    return rec.get("ttgs_path") or "cut"
 
 
 def eval_key(plan, ckpt: Path, meta: dict) -> str:

@@ -20,7 +20,9 @@ import numpy as np
 from ttt.data.specs import get_spec
 from ttt.envs.gym import max_episode_steps
 from ttt.errors import TttError
+from ttt.graph import TTGSConfig
 from ttt.pipeline.config import load_pipeline
+from ttt.pipeline.keys import record_ttgs_path
 from ttt.presets import PROFILES
 from ttt.stats import welch
 from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json, writable_dir
@@ -180,7 +182,8 @@ def load_results(run_dir: str | Path) -> dict:
 
 def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print) -> list[dict]:
     """Every row's record from `RUN_DIR/evals/` (the evaluation cache, which keeps every record ever made there):
-    per run name the record with the most episodes, then one with a checkpoint digest, then the newest by the time
+    per run name a record of graph search as it now runs (`ttgs_path`, where the row searches), then the record with
+    the most episodes, then one with a checkpoint digest, then the newest by the time
     written inside it (`written`; file times are not used: a fresh clone makes them equal), then the file name; in the
     order of `pipeline.json`'s runs, then by name. For results that several invocations (`--only`, other machines)
     wrote into one directory. A tie that only the file name breaks is said."""
@@ -197,7 +200,9 @@ def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print)
                            "run its row again") from None  # fmt: skip
         name, n = check_record(rec, str(f))["run"]["name"], rec["n_episodes"]
         counts[name] = counts.get(name, 0) + 1
-        rank = (n, rec.get("checkpoint_sha256") is not None, str(rec.get("written") or ""))
+        # a graph-search record of the path behaviour in force before one of an earlier default (`ttgs_path`)
+        current = record_ttgs_path(rec) in (None, TTGSConfig.path)
+        rank = (current, n, rec.get("checkpoint_sha256") is not None, str(rec.get("written") or ""))
         if name in best and rank == best[name][0]:
             ties[name] = ties.get(name, 1) + 1
         if name not in best or rank > best[name][0]:

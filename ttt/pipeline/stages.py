@@ -6,6 +6,7 @@ at its last finished task). A corrupt cache entry is reported through `echo` and
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -304,7 +305,8 @@ def evaluate_run(
                     progress=lambda d, n, base=done: b(base + d, total),
                     env=envs.get(setup.spec.env_id, setup.backend) if driver == "compiled" else None,
                 )
-                arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s))
+                arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s),
+                              compute=np.asarray(json.dumps(compute_info(), sort_keys=True)))  # who ran this task
                 arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
                 if setup.spec.is_maze:  # trajectories for plots (xy, float16) and each episode's last observation
                     arrays["xy"] = res.observations[..., :2].astype(np.float16)
@@ -324,7 +326,7 @@ def evaluate_run(
     cat = lambda k: np.concatenate([p[k] for p in per_task], axis=1)  # noqa: E731  (seeds, tasks, episodes, ...)
     success = cat("success")
     rates = success.mean(axis=(1, 2))
-    compute = compute_info()
+    compute = _compute(per_task, ev.tasks)
     record = dict(
         run=run,
         checkpoint=checkpoint_ref(ckpt, plan.train.root.parent),  # the cache key, not this machine's path
@@ -335,8 +337,9 @@ def evaluate_run(
         dataset_hash=meta.get("dataset_hash"),
         profile=meta.get("profile"),
         rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
+        ttgs_path=None if setup.ttgs is None else setup.ttgs.path,  # what follows a path past max_hops
         driver=driver,
-        device=compute["device"],
+        device=compute["device"] if isinstance(compute, dict) else None,
         compute=compute,  # the CPUs and XLA flags too: CPU records reproduce bit for bit only on equal ones
         eval_key=key,
         written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),  # which of two records is newer (no file times)
@@ -368,6 +371,16 @@ def evaluate_run(
     )
     return record
 
+
+
+def _compute(parts: list[dict], tasks) -> dict | list:
+    """What computed an evaluation (`ttt.checkpoint.compute_info`): one dict where every task's part says the same,
+    else each task's (None for a part written before parts recorded it: a run resumed across machines or core
+    counts says so instead of claiming one)."""
+    each = [json.loads(str(p["compute"])) if "compute" in p else None for p in parts]
+    if all(c is not None and c == each[0] for c in each):
+        return each[0]
+    return [dict(task=int(t), compute=c) for t, c in zip(tasks, each, strict=True)]
 
 def _checked_setup(plan: RunPlan, checkpoint: Checkpoint):
     """The plan's `EvalSetup`, made with the plan's backbone and configs: the checkpoint's must be the same (a
