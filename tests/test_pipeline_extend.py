@@ -89,17 +89,25 @@ def test_a_longer_run_continues_the_shorter_checkpoint(tmp_path, capsys):
     assert "  eval: " not in stdout and "reused: base is the same evaluation as base" in stdout
 
 
-def test_the_eval_key_names_the_rule_in_force(tmp_path):
-    # A row left at the default rule and a row naming that rule are one evaluation; a changed default is another.
-    from ttt.pipeline import load_pipeline, plan_run
-    from ttt.pipeline.keys import eval_key
+def _keyed_run(tmp_path, variant: str) -> tuple[dict, dict]:
+    """The one-row pipeline's run as `variant`, and a checkpoint's metadata in `tmp_path`, for evaluation keys."""
+    from ttt.pipeline import load_pipeline
 
     meta = dict(agent="gcbc", backbone="gcbc", config={}, dataset="d", dataset_hash="h", obs_dim=2, action_dim=2,
                 seeds=1, state_file="s.eqx", state_sha256="0" * 64, step=1)  # fmt: skip
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     pipe = tmp_path / "p.toml"
-    pipe.write_text(PIPE.replace('variant = "base"', 'variant = "ttt"'))
+    pipe.write_text(PIPE.replace('variant = "base"', f'variant = "{variant}"'))
     (r,) = load_pipeline(pipe).runs
+    return r, meta
+
+
+def test_the_eval_key_names_the_rule_in_force(tmp_path):
+    # A row left at the default rule and a row naming that rule are one evaluation; a changed default is another.
+    from ttt.pipeline import plan_run
+    from ttt.pipeline.keys import eval_key
+
+    r, meta = _keyed_run(tmp_path, "ttt")
     assert r["rule"] is None
     key = lambda **kw: eval_key(plan_run({**r, **kw}), tmp_path, meta)  # noqa: E731
     assert key() == key(rule="episodes") != key(rule="paper")
@@ -107,36 +115,27 @@ def test_the_eval_key_names_the_rule_in_force(tmp_path):
 
 
 def test_the_eval_key_names_the_ttgs_path_in_force(tmp_path):
-    # Graph-search rows hash what follows a long path's last held vertex: the default 'slide' (since 2026-11-28) is
+    # Graph-search rows hash what follows a long path's last held vertex: the default 'slide' (since 14febb1) is
     # another evaluation than the 'cut' ones made before, whose keys held no such field; GC-TTT rows are unchanged.
-    from ttt.pipeline import load_pipeline, plan_run
+    from ttt.pipeline import plan_run
     from ttt.pipeline.keys import BASE_EVAL_KEYS, checkpoint_identity, digest, eval_key
 
-    meta = dict(agent="gcbc", backbone="gcbc", config={}, dataset="d", dataset_hash="h", obs_dim=2, action_dim=2,
-                seeds=1, state_file="s.eqx", state_sha256="0" * 64, step=1)  # fmt: skip
-    (tmp_path / "meta.json").write_text(json.dumps(meta))
-    pipe = tmp_path / "p.toml"
-    pipe.write_text(PIPE.replace('variant = "base"', 'variant = "ttgs"'))
-    (r,) = load_pipeline(pipe).runs
+    r, meta = _keyed_run(tmp_path, "ttgs")
     key = lambda **kw: eval_key(plan_run({**r, **kw}), tmp_path, meta)  # noqa: E731
     before = digest(dict(checkpoint=checkpoint_identity(tmp_path, meta), variant="ttgs", dataset=r["dataset"],
                          **{k: r[k] for k in BASE_EVAL_KEYS}))  # fmt: skip
     assert len({before, key(), key(ttgs={"path": "cut"})}) == 3
+    assert key(variant="ttt+ttgs") != key(variant="ttt+ttgs", ttgs={"path": "cut"})  # the combined rows too
 
 
 def test_late_eval_keys_enter_the_key_only_when_set(tmp_path):
     # ft_train / ft_alpha at their defaults leave a row's evaluation key as it was before they existed (the records
     # already made keep their keys); set, they make another evaluation; gcbc (no BC weight) refuses ft_alpha.
-    from ttt.pipeline import load_pipeline, plan_run, validate_run
+    from ttt.pipeline import plan_run, validate_run
     from ttt.pipeline.config import LATE_EVAL_KEYS
     from ttt.pipeline.keys import digest, eval_key
 
-    meta = dict(agent="gcbc", backbone="gcbc", config={}, dataset="d", dataset_hash="h", obs_dim=2, action_dim=2,
-                seeds=1, state_file="s.eqx", state_sha256="0" * 64, step=1)  # fmt: skip
-    (tmp_path / "meta.json").write_text(json.dumps(meta))
-    pipe = tmp_path / "p.toml"
-    pipe.write_text(PIPE.replace('variant = "base"', 'variant = "ttt"'))
-    (r,) = load_pipeline(pipe).runs
+    r, meta = _keyed_run(tmp_path, "ttt")
     key = lambda **kw: eval_key(plan_run({**r, **kw}), tmp_path, meta)  # noqa: E731
     from ttt.pipeline.config import EVAL_KEYS, effective_rule
     from ttt.pipeline.keys import checkpoint_identity
