@@ -303,12 +303,13 @@ def front() -> str:
 def aggregate() -> str:
     """The scored lines (the paper's method, both records) aggregated: the interquartile mean of base and critic
     over every (seed, task) rate, and the probability that the critic row beats the base row on a task (each line's
-    tasks compared over its own seeds, then averaged over all lines' tasks: lines may hold 3 or 5 seeds)."""
+    tasks compared over its own seeds, then averaged over all lines' tasks: lines may hold 3 or 5 seeds; the IQM pools
+    every (seed, task) rate, so a 5-seed line weighs 5/3 of a 3-seed one there)."""
     base_m, crit_m = [], []
     every = lines()
-    done = {ln.backbone for ln in every if all(records(ln)[:2])}
+    done = {(ln.env, ln.data, ln.backbone) for ln in every if all(records(ln)[:2])}
     for ln in every:
-        if ln.modified or ln.superseded_by in done:  # one line per cell: the one with more evidence, once it is in
+        if ln.modified or (ln.env, ln.data, ln.superseded_by) in done:  # one line per cell: the one with more evidence
             continue
         base, critic, _ = records(ln)
         if base is None or critic is None or base["per_task"].shape != critic["per_task"].shape:
