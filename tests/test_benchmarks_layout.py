@@ -139,6 +139,40 @@ def test_table1_gpu_antmaze_lines_follow_the_records(tmp_path, monkeypatch):
                            ("stitch", "GC-IQL, paper profile (dev-a)")]
 
 
+def test_table1_aggregate_takes_the_line_with_more_evidence_once_it_is_in(tmp_path, monkeypatch):
+    """A 3-seed line superseded by a 5-seed line of the same cell: both count while the 5-seed line lacks a record;
+    once it has both, only it (5 tasks x 5 seeds); a line of another env with the same label is not superseded."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import claims
+        import table1
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    monkeypatch.setattr(claims, "RES", tmp_path)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    evals = tmp_path / "t" / "evals"
+    evals.mkdir(parents=True)
+
+    def put(name, seeds, rate):
+        s = (np.random.default_rng(len(name) + seeds).random((seeds, 5, 2)) < rate).astype(int)
+        (evals / f"{name}-0123456789ab.json").write_text(json.dumps({"success": s.tolist()}))
+
+    paper = (0.1, 0.01, 0.5, 0.01)
+    three = table1.Line("e", "d", "X", "1k", claims.Row("t/evals/a-base"), claims.Row("t/evals/a-ttt"), None, paper,
+                        superseded_by="X, 5 seeds")  # fmt: skip
+    five = table1.Line("e", "d", "X, 5 seeds", "1k", claims.Row("t/evals/b-base"), claims.Row("t/evals/b-ttt"), None,
+                       paper)  # fmt: skip
+    other = table1.Line("f", "d", "X", "1k", claims.Row("t/evals/c-base"), claims.Row("t/evals/c-ttt"), None, paper,
+                        superseded_by="X, 5 seeds")  # fmt: skip
+    monkeypatch.setattr(table1, "lines", lambda: [three, five, other])
+    for name, seeds, rate in (("a-base", 3, 0.2), ("a-ttt", 3, 0.6), ("c-base", 3, 0.2), ("c-ttt", 3, 0.6),
+                              ("b-base", 5, 0.2)):  # fmt: skip
+        put(name, seeds, rate)
+    assert "over the 2 scored lines (10 tasks x 3 seeds" in table1.aggregate()
+    put("b-ttt", 5, 0.6)
+    assert "over the 2 scored lines (10 tasks x 3/5 seeds" in table1.aggregate()  # b, and c of another env
+
+
 def test_rows_pair_only_by_digest(tmp_path, monkeypatch):
     """Two rows compare seed by seed only when both records carry the same checkpoint digest and ran the same
     episodes; a record without a digest is never paired, whatever its path; ties between records are never broken by
