@@ -36,6 +36,21 @@ def _anchors(path: Path) -> set[str]:
     return {_anchor(ln.lstrip("#")) for ln in path.read_text().splitlines() if ln.startswith("#")}
 
 
+def _claims_at(tmp_path, monkeypatch):
+    """`benchmarks/studies/claims.py` reading records under `tmp_path` (its RES and ROOT), and an empty
+    `tmp_path/t/evals` for them."""
+    sys.path.insert(0, str(BENCH / "studies"))
+    try:
+        import claims
+    finally:
+        sys.path.remove(str(BENCH / "studies"))
+    evals = tmp_path / "t" / "evals"
+    evals.mkdir(parents=True)
+    monkeypatch.setattr(claims, "RES", tmp_path)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    return claims, evals
+
+
 def test_anchor_rule_by_hand():
     assert _anchor("## Table 1: the paper's main table beside ours (issue 37)".lstrip("#")) == (
         "table-1-the-papers-main-table-beside-ours-issue-37"
@@ -142,16 +157,12 @@ def test_table1_gpu_antmaze_lines_follow_the_records(tmp_path, monkeypatch):
 def test_table1_aggregate_takes_the_line_with_more_evidence_once_it_is_in(tmp_path, monkeypatch):
     """A 3-seed line superseded by a 5-seed line of the same cell: both count while the 5-seed line lacks a record;
     once it has both, only it (5 tasks x 5 seeds); a line of another env with the same label is not superseded."""
+    claims, evals = _claims_at(tmp_path, monkeypatch)
     sys.path.insert(0, str(BENCH / "studies"))
     try:
-        import claims
         import table1
     finally:
         sys.path.remove(str(BENCH / "studies"))
-    monkeypatch.setattr(claims, "RES", tmp_path)
-    monkeypatch.setattr(claims, "ROOT", tmp_path)
-    evals = tmp_path / "t" / "evals"
-    evals.mkdir(parents=True)
 
     def put(name, seeds, rate):
         s = (np.random.default_rng(len(name) + seeds).random((seeds, 5, 2)) < rate).astype(int)
@@ -177,15 +188,7 @@ def test_rows_pair_only_by_digest(tmp_path, monkeypatch):
     """Two rows compare seed by seed only when both records carry the same checkpoint digest and ran the same
     episodes; a record without a digest is never paired, whatever its path; ties between records are never broken by
     file time (a fresh clone makes every time equal)."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import claims
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
-    evals = tmp_path / "t" / "evals"
-    evals.mkdir(parents=True)
-    monkeypatch.setattr(claims, "RES", tmp_path)
-    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    claims, evals = _claims_at(tmp_path, monkeypatch)
 
     def put(name, key, rates, **extra):
         s = np.array(rates, float)[:, None, None] * np.ones((3, 1, 2))
@@ -209,20 +212,13 @@ def test_rows_pair_only_by_digest(tmp_path, monkeypatch):
     x = claims.load(claims.Row("t/evals/base"))
     assert x["path"].name == "base-aaaaaaaaaaaa.json" and x["tied"] == 3 and "(1 of 3 records)" in claims.fmt(x)
 
+
 def test_graph_search_records_of_an_earlier_path_default_are_taken_last(tmp_path, monkeypatch):
     """A TTGS row's record made before `ttgs_path` existed ran 'cut'; a record of the path in force ('slide') is
     taken over it even with fewer episodes, and the 'cut' one, where it is all there is, says how to rerun it."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import claims
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
     from ttt.pipeline.keys import record_ttgs_path
 
-    evals = tmp_path / "t" / "evals"
-    evals.mkdir(parents=True)
-    monkeypatch.setattr(claims, "RES", tmp_path)
-    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    claims, evals = _claims_at(tmp_path, monkeypatch)
 
     def put(key, episodes, **extra):
         rec = {"success": np.ones((3, 1, episodes)).tolist(), "run": {"name": "g", "variant": "ttgs"}, **extra}
