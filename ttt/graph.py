@@ -279,7 +279,7 @@ class Plan(eqx.Module):
 
     path: Int[Array, " P"]
     n_points: Int[Array, ""]
-    d_end: Float[Array, ""]  # steps from the path's last point to the goal
+    d_end: Float[Array, ""]  # steps from the path's end to the goal ('slide': from the goal's vertex)
     reachable: Bool[Array, ""]
     closest: Int[Array, ""]
     since: Int[Array, ""]  # steps since the last (re)plan
@@ -337,7 +337,10 @@ def make_ttgs(backbone: Backbone, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
     def plan(agent, graph: Graph, obs, goal, prev: Plan | None = None) -> Plan:
         start = jnp.argmin(distance(agent, graph.scale, obs[None], graph.vertices)).astype(jnp.int32)
         path, n_points, reachable, truncated = path_from(graph.succ, graph.cost, start, P)
-        d_end = distance(agent, graph.scale, graph.vertices[path[n_points - 1]], goal)
+        end = path[n_points - 1]
+        if ttgs.path == "slide":  # followed whole: a longer path's end is the goal's vertex, not its last held one
+            end = jnp.where(truncated, graph.target, end)
+        d_end = distance(agent, graph.scale, graph.vertices[end], goal)  # once per plan, not per step
         zero = jnp.int32(0)
         plans, unreach, trunc, goal_steps, steps = (
             (zero,) * 5 if prev is None else (prev.plans, prev.unreachable, prev.truncated, prev.goal_steps, prev.steps)
@@ -347,16 +350,14 @@ def make_ttgs(backbone: Backbone, cfg, spec: DatasetSpec, ttgs: TTGSConfig):
                     truncated=trunc + truncated.astype(jnp.int32), goal_steps=goal_steps, steps=steps)  # fmt: skip
 
     def subgoal(agent, graph: Graph, p: Plan, obs, goal) -> tuple[Float[Array, " obs"], Plan]:
-        d_end = p.d_end
+        d_end = p.d_end  # from the path's end (under 'slide', the goal's vertex) to the goal
         if ttgs.path == "slide":  # a path longer than max_hops: walk on once the state is past half of it
-            path, n_points, closest, moved = slide_path(graph.succ, graph.cost, p.path, p.n_points, p.closest)
-            d_end = distance(agent, graph.scale, graph.vertices[path[n_points - 1]], goal)
-            p = dataclasses.replace(p, path=path, n_points=n_points, closest=closest,
-                                    d_end=jnp.where(moved, d_end, p.d_end))  # fmt: skip
+            path, n_points, closest, _ = slide_path(graph.succ, graph.cost, p.path, p.n_points, p.closest)
+            p = dataclasses.replace(p, path=path, n_points=n_points, closest=closest)
             # the held end of a longer path is not the path's end: its fallback is the next held vertex, never the
             # goal (the path walks on at the next step)
             last = p.path[-1]
-            d_end = jnp.where((p.n_points == P) & (graph.succ[last] != last), 0.0, p.d_end)
+            d_end = jnp.where((p.n_points == P) & (graph.succ[last] != last), 0.0, d_end)
         points = graph.vertices[p.path]
         d_path = distance(agent, graph.scale, obs[None], points)
         d_goal = distance(agent, graph.scale, obs, goal)
