@@ -1,0 +1,156 @@
+"""Pointmaze beyond the anchors (issue 64): the recipe's choice on medium and large, then every dataset against the
+best published success.
+
+    python benchmarks/studies/pointmaze_beyond.py [--write benchmarks/RESULTS.md]
+
+Reads `benchmarks/results/pointmaze-beyond/evals/` (`ttt run pointmaze-beyond`, pipelines/pointmaze-beyond.toml: GC-IQL,
+cpu profile, 10k updates, 5 seeds x 5 tasks x 6 episodes per row, every row of a dataset on the same checkpoints and
+episodes). Two tables, by the rule RESULTS.md stated before the runs:
+
+1. **The choice** (medium and large, navigate and stitch): each candidate's success per dataset and its mean over the
+   four; the recipe is the candidate with the highest mean. A candidate whose mean is within two s.e. of the leader's
+   (the s.e. of the difference of the two 4-dataset means, from the per-seed paired differences on each dataset,
+   `sqrt(sum se_d^2) / 4`) ties with it, and of tied candidates the one with the shorter wall time per episode is the
+   recipe. Until all four datasets hold all three candidates, no recipe is named.
+2. **Against the anchors** (all six datasets; the giant mazes are held out: run with the chosen recipe unchanged):
+   ours (the recipe; base and each method alone beside it), the anchor (method, source, protocol) and the verdict:
+   above / level / below by two combined s.e., or our s.e. alone where the anchor's is not transcribed here. Every
+   anchor trained 1M updates of 512x3 networks; ours 10k of 256x2.
+
+Mean +- s.e. over the training seeds; B - A paired by checkpoint digest (`ttt.stats`). With `--write`, the tables
+replace the block between `<!-- pointmaze-beyond -->` and `<!-- /pointmaze-beyond -->`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from claims import Row, diff, load, load_pair, replace_block  # noqa: E402
+
+EVALS = "pointmaze-beyond/evals"
+# (short name, OGBench dataset, the anchor: success, method, source and protocol, its s.e. where transcribed;
+# OGBench's QRL without test-time help)
+DATASETS = (
+    ("medium-nav", "pointmaze-medium-navigate-v0", (0.98, "QRL + TTGS", "TTGS paper, 8 seeds x 50 per task", None), 0.82),
+    ("medium-stitch", "pointmaze-medium-stitch-v0", (1.00, "CompDiffuser", "CompDiffuser paper, 8 seeds", None), 0.80),
+    ("large-nav", "pointmaze-large-navigate-v0", (0.92, "QRL + TTGS", "TTGS paper, 8 seeds x 50 per task", None), 0.86),
+    ("large-stitch", "pointmaze-large-stitch-v0", (1.00, "CompDiffuser", "CompDiffuser paper, 8 seeds", None), 0.84),
+    ("giant-nav", "pointmaze-giant-navigate-v0", (0.95, "SAW + TTGS", "TTGS paper, 8 seeds x 50 per task", None), 0.68),
+    ("giant-stitch", "pointmaze-giant-stitch-v0", (0.98, "GC-IQL + TTGS", "TTGS paper, 8 seeds x 50 per task", None),
+     0.50),
+)  # fmt: skip
+CHOOSE = ("medium-nav", "medium-stitch", "large-nav", "large-stitch")
+# The candidates (row suffix, label), in the order of their expected cost per episode (cheapest first)
+CANDIDATES = (("ttgs", "TTGS"), ("ttt-alpha0.3", "GC-TTT (alpha 0.3)"), ("ttt+ttgs-alpha0.3", "GC-TTT + TTGS"))
+
+
+def _row(short: str, suffix: str) -> Row:
+    return Row(f"{EVALS}/{short}-{suffix}")
+
+
+def _wall(x: dict) -> float:
+    """Seconds of evaluation per episode of a loaded record."""
+    return json.loads(Path(x["path"]).read_text())["wall_s"] / x["n"]
+
+
+def _fmt(x: dict | None) -> str:
+    if x is None:
+        return "not run yet"
+    m, s = x["per_seed"].mean(), x["per_seed"].std(ddof=1) / math.sqrt(len(x["per_seed"]))
+    return f"{m:.2f} +- {s:.2f}"
+
+
+def _mean_se(x: dict) -> tuple[float, float]:
+    p = x["per_seed"]
+    return float(p.mean()), float(p.std(ddof=1) / math.sqrt(len(p)))
+
+
+def choose(rows: dict[str, dict[str, dict | None]]) -> dict:
+    """The recipe by the stated rule from `rows[suffix][short]` (loaded records of the four choice datasets): each
+    candidate's 4-dataset mean, its difference to the leader with the s.e. of that difference, which tie with the
+    leader, and the recipe (None until every cell is in)."""
+    complete = {c for c, _ in CANDIDATES if all(rows[c].get(d) is not None for d in CHOOSE)}
+    means = {c: float(np.mean([_mean_se(rows[c][d])[0] for d in CHOOSE])) for c in complete}
+    wall = {c: float(np.mean([_wall(rows[c][d]) for d in CHOOSE])) for c in complete}
+    if len(complete) < len(CANDIDATES):
+        return dict(means=means, wall=wall, gap={}, ties=[], recipe=None)
+    leader = max(means, key=lambda c: means[c])
+    gap = {}
+    for c in complete:
+        diffs = [diff(rows[leader][d], rows[c][d]) for d in CHOOSE]  # c - leader per dataset, paired by digest
+        gap[c] = (float(np.mean([x.diff for x in diffs])), math.sqrt(sum(x.se**2 for x in diffs)) / len(CHOOSE))
+    ties = [c for c in complete if c == leader or abs(gap[c][0]) <= 2 * gap[c][1]]
+    return dict(means=means, wall=wall, gap=gap, ties=ties, leader=leader, recipe=min(ties, key=lambda c: wall[c]))
+
+
+def anchor_verdict(ours: float, ours_se: float, anchor: float, anchor_se: float | None) -> str:
+    """Above / level / below the anchor by two combined s.e. (our s.e. alone where the anchor's is unknown)."""
+    se = math.hypot(ours_se, anchor_se or 0.0)
+    if ours - anchor > 2 * se:
+        return "above"
+    if anchor - ours > 2 * se:
+        return "below"
+    return "level"
+
+
+def tables() -> str:
+    rows = {c: {d: load(_row(d, c)) for d, *_ in DATASETS} for c, _ in CANDIDATES}
+    bases = {d: load(_row(d, "base")) for d, *_ in DATASETS}
+    out = ["**The choice** (medium and large; mean +- s.e. over 5 training seeds, 5 tasks x 6 episodes each):", "",
+           "| candidate | " + " | ".join(CHOOSE) + " | mean over the 4 | minus the leader (s.e.) | s / episode |",
+           "|---|" + "---|" * (len(CHOOSE) + 3)]  # fmt: skip
+    c = choose(rows)
+    out.append("| base | " + " | ".join(_fmt(bases[d]) for d in CHOOSE) + " | - | - | - |")
+    for cand, label in CANDIDATES:
+        mean = f"{c['means'][cand]:.3f}" if cand in c["means"] else "-"
+        gap = f"{c['gap'][cand][0]:+.3f} ({c['gap'][cand][1]:.3f})" if cand in c["gap"] else "-"
+        wall = f"{c['wall'][cand]:.1f}" if cand in c["wall"] else "-"
+        out.append(f"| {label} | " + " | ".join(_fmt(rows[cand][d]) for d in CHOOSE) + f" | {mean} | {gap} | {wall} |")
+    labels = dict(CANDIDATES)
+    if c["recipe"] is None:
+        out += ["", "No recipe yet: not every candidate has run on all four datasets."]
+    else:
+        tied = [labels[t] for t in c["ties"] if t != c["leader"]]
+        out += ["", f"Recipe: **{labels[c['recipe']]}** (leader {labels[c['leader']]}"
+                + (f"; within two s.e. of it: {', '.join(tied)}; the cheapest per episode taken" if tied else "")
+                + ")."]  # fmt: skip
+    out += ["", "**Against the anchors** (every anchor: 1M updates of 512x3 networks; ours: 10k updates of 256x2, cpu "
+            "profile, 5 seeds x 5 tasks x 6 episodes):", "",
+            "| dataset | best published (method; source, protocol) | OGBench QRL | ours: recipe | base | TTGS | GC-TTT "
+            "| GC-TTT + TTGS | recipe - base (s.e., p) | s / episode | verdict |", "|---|" + "---|" * 10]  # fmt: skip
+    for short, name, (anchor, method, source, anchor_se), qrl in DATASETS:
+        held = "" if short in CHOOSE else " (held out)"
+        cells = [_fmt(rows[cand][short]) for cand, _ in CANDIDATES]
+        recipe = rows[c["recipe"]][short] if c["recipe"] else None
+        verdict, gain, wall, ours = "-", "-", "-", "not chosen yet"
+        if recipe is not None:
+            m, s = _mean_se(recipe)
+            ours, wall = f"{labels[c['recipe']]}: {m:.2f} +- {s:.2f}", f"{_wall(recipe):.1f}"
+            verdict = anchor_verdict(m, s, anchor, anchor_se)
+            if bases[short] is not None:
+                a, b = load_pair(_row(short, "base"), _row(short, c["recipe"]))
+                d = diff(a, b)
+                gain = f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
+        out.append(f"| {name.removesuffix('-v0')}{held} | {anchor:.2f} ({method}; {source}) | {qrl:.2f} | {ours} | "
+                   f"{_fmt(bases[short])} | " + " | ".join(cells) + f" | {gain} | {wall} | {verdict} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--write", default=None, help="a markdown file whose marked block receives the tables")
+    a = ap.parse_args()
+    text = tables()
+    print(text)
+    return replace_block(Path(a.write), "pointmaze-beyond", text) if a.write else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
