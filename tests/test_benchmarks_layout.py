@@ -472,10 +472,10 @@ def test_round_diagnostics_average_the_rounds_that_ran_by_hand():
 
 
 def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypatch):
-    """studies/pointmaze_beyond.py: the recipe is the best 4-dataset mean, a candidate within two s.e. of the leader's
-    mean (per-seed paired differences) ties with it and the cheaper per episode of tied ones is taken; no recipe
-    until every cell is in; above / level / below the anchor by two s.e."""
-    claims, _ = _claims_at(tmp_path, monkeypatch)
+    """studies/pointmaze_beyond.py: the recipe is the best 4-dataset mean; a candidate within two s.e. of the leader's
+    mean (per-seed differences paired by digest) ties with it and the cheaper per episode of tied ones is taken; no
+    recipe until every cell is in with 2 seeds or more; above / level / below the anchor by two combined s.e."""
+    _claims_at(tmp_path, monkeypatch)
     sys.path.insert(0, str(BENCH / "studies"))
     try:
         import pointmaze_beyond as pb
@@ -483,28 +483,38 @@ def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypat
         sys.path.remove(str(BENCH / "studies"))
     evals = tmp_path / "pointmaze-beyond" / "evals"
     evals.mkdir(parents=True)
-    per_seed = {"base": [0.1, 0.2, 0.1, 0.2], "ttgs": [0.5, 0.5, 0.6, 0.4], "ttt-alpha0.3": [1.0, 0.7, 1.0, 0.7],
-                "ttt+ttgs-alpha0.3": [0.9, 0.9, 0.9, 0.9]}  # fmt: skip
-    wall = {"base": 1.0, "ttgs": 1.5, "ttt-alpha0.3": 2.0, "ttt+ttgs-alpha0.3": 3.0}
+
+    def put(d, suffix, rates, wall):
+        s = (np.arange(10)[None, None, :] < np.round(np.array(rates) * 10)[:, None, None]).astype(float)
+        rec = {"success": s.tolist(), "checkpoint": d, "checkpoint_sha256": f"sha-{d}", "wall_s": wall * s.size,
+               "run": {"name": f"{d}-{suffix}", "variant": suffix.split("-")[0]}}  # fmt: skip
+        (evals / f"{d}-{suffix}-{'a' * 12}.json").write_text(json.dumps(rec))
+
+    leader = [1.0, 0.8, 1.0, 0.8]
     for d in pb.CHOOSE:
-        for suffix, rates in per_seed.items():
-            s = (np.arange(10)[None, None, :] < np.round(np.array(rates) * 10)[:, None, None]).astype(float)
-            rec = {"success": s.tolist(), "checkpoint": d, "checkpoint_sha256": f"sha-{d}", "wall_s": 40 * wall[suffix],
-                   "run": {"name": f"{d}-{suffix}", "variant": suffix.split("-")[0]}}  # fmt: skip
-            (evals / f"{d}-{suffix}-{'a' * 12}.json").write_text(json.dumps(rec))
-    rows = {c: {d: pb.load(pb._row(d, c)) for d in pb.CHOOSE} for c, _ in pb.CANDIDATES}
-    c = pb.choose(rows)
-    assert c["leader"] == "ttt+ttgs-alpha0.3" and c["means"]["ttt-alpha0.3"] == pytest.approx(0.85)
-    # GC-TTT - leader per seed: +0.1, -0.2, +0.1, -0.2 -> -0.05, s.e. 0.0866 per dataset, 0.0866 / 2 over four
-    assert c["gap"]["ttt-alpha0.3"] == pytest.approx((-0.05, math.sqrt(0.03 / 4) / 2), abs=1e-6)
-    assert c["gap"]["ttgs"][0] == pytest.approx(-0.4)  # s.e. 0.02: not a tie
-    assert sorted(c["ties"]) == ["ttt+ttgs-alpha0.3", "ttt-alpha0.3"] and c["recipe"] == "ttt-alpha0.3"
-    assert c["wall"]["ttt-alpha0.3"] == pytest.approx(2.0)
+        put(d, "base", [0.1, 0.2, 0.1, 0.2], 1.0)
+        put(d, "ttgs", [0.3, 0.3, 0.4, 0.2] if d == "large-stitch" else [0.5, 0.5, 0.6, 0.4], 1.5)
+        put(d, "ttt-alpha0.3", leader, 2.0)
+        put(d, "ttt+ttgs-alpha0.3", [0.9, 0.8, 0.9, 0.8], 1.0)  # cheaper; -0.1, 0, -0.1, 0 per seed
+    c = pb.choose()
+    assert c["leader"] == "ttt-alpha0.3" and c["means"]["ttgs"] == pytest.approx(0.45)
+    # paired: -0.05, s.e. 0.0289 per dataset, / 2 over four -> 2 s.e. 0.029 < 0.05: no tie (Welch's 0.032 would tie)
+    assert c["gap"]["ttt+ttgs-alpha0.3"] == pytest.approx((-0.05, math.sqrt(0.01 / 3 / 4) / 2), abs=1e-6)
+    assert c["tests"]["ttt+ttgs-alpha0.3"] == ["paired"] and c["ties"] == ["ttt-alpha0.3"]
+    assert c["recipe"] == "ttt-alpha0.3" and c["wall"]["ttt-alpha0.3"] == pytest.approx(2.0)
+    for d in pb.CHOOSE:  # now 0, -0.3, 0, +0.1 per seed: -0.05, s.e. 0.0866 / 2: a tie, and the cheaper is taken
+        put(d, "ttt+ttgs-alpha0.3", [1.0, 0.5, 1.0, 0.9], 1.0)
+    c = pb.choose()
+    assert c["ties"] == ["ttt-alpha0.3", "ttt+ttgs-alpha0.3"] and c["recipe"] == "ttt+ttgs-alpha0.3"
     text = pb.tables()
-    assert "Recipe: **GC-TTT (alpha 0.3)**" in text and "(leader GC-TTT + TTGS; within two s.e. of it: GC-TTT (alpha 0.3);" in text
-    assert "| pointmaze-medium-navigate | 0.98 (QRL + TTGS" in text and "GC-TTT (alpha 0.3): 0.85 +- 0.09" in text
+    assert "Recipe: **GC-TTT + TTGS** (leader GC-TTT (alpha 0.3); within two s.e. of it: GC-TTT + TTGS;" in text
+    assert "| pointmaze-medium-navigate | 0.98 (QRL + TTGS" in text and "GC-TTT + TTGS: 0.85 +- 0.12" in text
+    put("medium-nav", "ttgs", [0.5], 1.5)  # one seed: no s.e., no recipe
+    assert pb.choose()["recipe"] is None and "fewer than 2 training seeds" in pb.choose()["why"]
     (evals / f"large-stitch-ttgs-{'a' * 12}.json").unlink()
-    assert pb.choose({c: {d: pb.load(pb._row(d, c)) for d in pb.CHOOSE} for c, _ in pb.CANDIDATES})["recipe"] is None
+    assert pb.choose()["recipe"] is None and "not every candidate" in pb.choose()["why"]
     assert pb.anchor_verdict(0.90, 0.02, 0.98, None) == "below"  # 0.08 > 2 x 0.02
     assert pb.anchor_verdict(0.97, 0.02, 0.98, None) == "level"
-    assert pb.anchor_verdict(1.00, 0.00, 0.92, 0.01) == "above"  # 0.08 > 2 x 0.01
+    assert pb.anchor_verdict(1.00, 0.03, 0.92, 0.03) == "level"  # 0.08 < 2 x hypot 0.042; ours alone would be above
+    assert pb.anchor_verdict(1.00, 0.03, 0.90, 0.03) == "above"  # 0.10 > 0.085; summed s.e. would be level
+    assert pb.anchor_verdict(0.50, math.nan, 0.98, None) == "-"

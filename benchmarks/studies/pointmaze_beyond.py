@@ -34,17 +34,19 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from claims import Row, diff, load, load_pair, replace_block  # noqa: E402
 
+from ttt import stats  # noqa: E402
+
 EVALS = "pointmaze-beyond/evals"
+TTGS, CDIFF = "TTGS paper, 8 seeds x 50 per task", "CompDiffuser paper, 8 seeds"
 # (short name, OGBench dataset, the anchor: success, method, source and protocol, its s.e. where transcribed;
 # OGBench's QRL without test-time help)
 DATASETS = (
-    ("medium-nav", "pointmaze-medium-navigate-v0", (0.98, "QRL + TTGS", "TTGS paper, 8 seeds x 50 per task", None), 0.82),
-    ("medium-stitch", "pointmaze-medium-stitch-v0", (1.00, "CompDiffuser", "CompDiffuser paper, 8 seeds", None), 0.80),
-    ("large-nav", "pointmaze-large-navigate-v0", (0.92, "QRL + TTGS", "TTGS paper, 8 seeds x 50 per task", None), 0.86),
-    ("large-stitch", "pointmaze-large-stitch-v0", (1.00, "CompDiffuser", "CompDiffuser paper, 8 seeds", None), 0.84),
-    ("giant-nav", "pointmaze-giant-navigate-v0", (0.95, "SAW + TTGS", "TTGS paper, 8 seeds x 50 per task", None), 0.68),
-    ("giant-stitch", "pointmaze-giant-stitch-v0", (0.98, "GC-IQL + TTGS", "TTGS paper, 8 seeds x 50 per task", None),
-     0.50),
+    ("medium-nav", "pointmaze-medium-navigate-v0", (0.98, "QRL + TTGS", TTGS, None), 0.82),
+    ("medium-stitch", "pointmaze-medium-stitch-v0", (1.00, "CompDiffuser", CDIFF, None), 0.80),
+    ("large-nav", "pointmaze-large-navigate-v0", (0.92, "QRL + TTGS", TTGS, None), 0.86),
+    ("large-stitch", "pointmaze-large-stitch-v0", (1.00, "CompDiffuser", CDIFF, None), 0.84),
+    ("giant-nav", "pointmaze-giant-navigate-v0", (0.95, "SAW + TTGS", TTGS, None), 0.68),
+    ("giant-stitch", "pointmaze-giant-stitch-v0", (0.98, "GC-IQL + TTGS", TTGS, None), 0.50),
 )  # fmt: skip
 CHOOSE = ("medium-nav", "medium-stitch", "large-nav", "large-stitch")
 # The candidates (row suffix, label), in the order of their expected cost per episode (cheapest first)
@@ -56,42 +58,60 @@ def _row(short: str, suffix: str) -> Row:
 
 
 def _wall(x: dict) -> float:
-    """Seconds of evaluation per episode of a loaded record."""
-    return json.loads(Path(x["path"]).read_text())["wall_s"] / x["n"]
+    """Seconds of evaluation per episode of a loaded record (nan where the record holds no wall time)."""
+    wall = json.loads(Path(x["path"]).read_text()).get("wall_s")
+    return math.nan if wall is None else wall / x["n"]
+
+
+def _mean_se(x: dict) -> tuple[float, float]:
+    """Mean and s.e. over the training seeds (s.e. nan for one seed)."""
+    return stats.mean_se(x["per_seed"])
 
 
 def _fmt(x: dict | None) -> str:
     if x is None:
         return "not run yet"
-    m, s = x["per_seed"].mean(), x["per_seed"].std(ddof=1) / math.sqrt(len(x["per_seed"]))
+    m, s = _mean_se(x)
     return f"{m:.2f} +- {s:.2f}"
 
 
-def _mean_se(x: dict) -> tuple[float, float]:
-    p = x["per_seed"]
-    return float(p.mean()), float(p.std(ddof=1) / math.sqrt(len(p)))
+def _shape(x: dict) -> str:
+    """Seeds x tasks x episodes of a loaded record."""
+    return x["shape"]
 
 
-def choose(rows: dict[str, dict[str, dict | None]]) -> dict:
-    """The recipe by the stated rule from `rows[suffix][short]` (loaded records of the four choice datasets): each
-    candidate's 4-dataset mean, its difference to the leader with the s.e. of that difference, which tie with the
-    leader, and the recipe (None until every cell is in)."""
-    complete = {c for c, _ in CANDIDATES if all(rows[c].get(d) is not None for d in CHOOSE)}
-    means = {c: float(np.mean([_mean_se(rows[c][d])[0] for d in CHOOSE])) for c in complete}
-    wall = {c: float(np.mean([_wall(rows[c][d]) for d in CHOOSE])) for c in complete}
-    if len(complete) < len(CANDIDATES):
-        return dict(means=means, wall=wall, gap={}, ties=[], recipe=None)
-    leader = max(means, key=lambda c: means[c])
-    gap = {}
-    for c in complete:
-        diffs = [diff(rows[leader][d], rows[c][d]) for d in CHOOSE]  # c - leader per dataset, paired by digest
+def choose() -> dict:
+    """The recipe by the stated rule: each candidate's mean over the four choice datasets, its difference to the
+    leader with the s.e. of that difference (per dataset B - A over seeds, `load_pair`: paired by checkpoint digest
+    where the records allow, else Welch, and `tests` says which), which tie with the leader, and the recipe. None
+    until every cell is in with at least 2 seeds. Deterministic: candidates in `CANDIDATES` order, an exact tie of
+    means to the cheaper per episode, then the earlier candidate."""
+    rows = {c: {d: load(_row(d, c)) for d in CHOOSE} for c, _ in CANDIDATES}
+    order = [c for c, _ in CANDIDATES if all(rows[c][d] is not None for d in CHOOSE)]
+    means = {c: float(np.mean([_mean_se(rows[c][d])[0] for d in CHOOSE])) for c in order}
+    wall = {c: float(np.mean([_wall(rows[c][d]) for d in CHOOSE])) for c in order}
+    out = dict(rows=rows, means=means, wall=wall, gap={}, tests={}, ties=[], leader=None, recipe=None, why="")
+    if len(order) < len(CANDIDATES):
+        return {**out, "why": "not every candidate has run on all four datasets"}
+    if any(len(rows[c][d]["per_seed"]) < 2 for c in order for d in CHOOSE):
+        return {**out, "why": "a row has fewer than 2 training seeds (no s.e.)"}
+    cost = lambda c: wall[c] if not math.isnan(wall[c]) else math.inf  # noqa: E731
+    leader = max(order, key=lambda c: (means[c], -cost(c), -order.index(c)))
+    gap, tests = {}, {}
+    for c in order:
+        diffs = [diff(*load_pair(_row(d, leader), _row(d, c))) for d in CHOOSE]  # c - leader on each dataset
         gap[c] = (float(np.mean([x.diff for x in diffs])), math.sqrt(sum(x.se**2 for x in diffs)) / len(CHOOSE))
-    ties = [c for c in complete if c == leader or abs(gap[c][0]) <= 2 * gap[c][1]]
-    return dict(means=means, wall=wall, gap=gap, ties=ties, leader=leader, recipe=min(ties, key=lambda c: wall[c]))
+        tests[c] = sorted({x.test for x in diffs})
+    ties = [c for c in order if c == leader or abs(gap[c][0]) <= 2 * gap[c][1]]
+    recipe = min(ties, key=lambda c: (cost(c), order.index(c)))
+    return {**out, "gap": gap, "tests": tests, "ties": ties, "leader": leader, "recipe": recipe}
 
 
 def anchor_verdict(ours: float, ours_se: float, anchor: float, anchor_se: float | None) -> str:
-    """Above / level / below the anchor by two combined s.e. (our s.e. alone where the anchor's is unknown)."""
+    """Above / level / below the anchor by two combined s.e. (our s.e. alone where the anchor's is not transcribed);
+    '-' where our s.e. is undefined (one seed)."""
+    if math.isnan(ours_se):
+        return "-"
     se = math.hypot(ours_se, anchor_se or 0.0)
     if ours - anchor > 2 * se:
         return "above"
@@ -101,43 +121,51 @@ def anchor_verdict(ours: float, ours_se: float, anchor: float, anchor_se: float 
 
 
 def tables() -> str:
-    rows = {c: {d: load(_row(d, c)) for d, *_ in DATASETS} for c, _ in CANDIDATES}
+    c = choose()
+    rows = {cand: {d: load(_row(d, cand)) for d, *_ in DATASETS} for cand, _ in CANDIDATES}
     bases = {d: load(_row(d, "base")) for d, *_ in DATASETS}
-    out = ["**The choice** (medium and large; mean +- s.e. over 5 training seeds, 5 tasks x 6 episodes each):", "",
-           "| candidate | " + " | ".join(CHOOSE) + " | mean over the 4 | minus the leader (s.e.) | s / episode |",
+    shapes = sorted({_shape(x) for r in (*rows.values(), bases) for x in r.values() if x is not None})
+    per_row = f"seeds x tasks x episodes {', '.join(shapes) if shapes else '5x5x6 (planned)'}"
+    out = [f"**The choice** (medium and large; mean +- s.e. over training seeds; {per_row}):", "",
+           "| candidate | " + " | ".join(CHOOSE) + " | mean over the 4 | minus the leader (s.e.; test) | s / episode |",
            "|---|" + "---|" * (len(CHOOSE) + 3)]  # fmt: skip
-    c = choose(rows)
     out.append("| base | " + " | ".join(_fmt(bases[d]) for d in CHOOSE) + " | - | - | - |")
     for cand, label in CANDIDATES:
         mean = f"{c['means'][cand]:.3f}" if cand in c["means"] else "-"
-        gap = f"{c['gap'][cand][0]:+.3f} ({c['gap'][cand][1]:.3f})" if cand in c["gap"] else "-"
+        gap = "-"
+        if cand in c["gap"] and cand != c["leader"]:
+            gap = f"{c['gap'][cand][0]:+.3f} ({c['gap'][cand][1]:.3f}; {'/'.join(c['tests'][cand])})"
         wall = f"{c['wall'][cand]:.1f}" if cand in c["wall"] else "-"
-        out.append(f"| {label} | " + " | ".join(_fmt(rows[cand][d]) for d in CHOOSE) + f" | {mean} | {gap} | {wall} |")
+        out.append(f"| {label} | " + " | ".join(_fmt(c["rows"][cand][d]) for d in CHOOSE) + f" | {mean} | {gap} | "
+                   f"{wall} |")  # fmt: skip
     labels = dict(CANDIDATES)
     if c["recipe"] is None:
-        out += ["", "No recipe yet: not every candidate has run on all four datasets."]
+        out += ["", f"No recipe yet: {c['why']}."]
     else:
         tied = [labels[t] for t in c["ties"] if t != c["leader"]]
         out += ["", f"Recipe: **{labels[c['recipe']]}** (leader {labels[c['leader']]}"
                 + (f"; within two s.e. of it: {', '.join(tied)}; the cheapest per episode taken" if tied else "")
                 + ")."]  # fmt: skip
-    out += ["", "**Against the anchors** (every anchor: 1M updates of 512x3 networks; ours: 10k updates of 256x2, cpu "
-            "profile, 5 seeds x 5 tasks x 6 episodes):", "",
+    out += ["", f"**Against the anchors** (ours: GC-IQL, 10k updates of 256x2 networks, cpu profile, {per_row}; the "
+            "TTGS paper's and OGBench's agents: 1M updates of 512x3; CompDiffuser: a diffusion planner, its own "
+            "training; the anchors' s.e. not transcribed, so the verdict uses ours alone):", "",
             "| dataset | best published (method; source, protocol) | OGBench QRL | ours: recipe | base | TTGS | GC-TTT "
             "| GC-TTT + TTGS | recipe - base (s.e., p) | s / episode | verdict |", "|---|" + "---|" * 10]  # fmt: skip
     for short, name, (anchor, method, source, anchor_se), qrl in DATASETS:
         held = "" if short in CHOOSE else " (held out)"
         cells = [_fmt(rows[cand][short]) for cand, _ in CANDIDATES]
-        recipe = rows[c["recipe"]][short] if c["recipe"] else None
         verdict, gain, wall, ours = "-", "-", "-", "not chosen yet"
-        if recipe is not None:
+        if c["recipe"] is not None and rows[c["recipe"]][short] is not None:
+            recipe = rows[c["recipe"]][short]
+            if bases[short] is not None:
+                a, recipe = load_pair(_row(short, "base"), _row(short, c["recipe"]))  # verdict and gain: one record
+                d = diff(a, recipe)
+                gain = f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
             m, s = _mean_se(recipe)
             ours, wall = f"{labels[c['recipe']]}: {m:.2f} +- {s:.2f}", f"{_wall(recipe):.1f}"
             verdict = anchor_verdict(m, s, anchor, anchor_se)
-            if bases[short] is not None:
-                a, b = load_pair(_row(short, "base"), _row(short, c["recipe"]))
-                d = diff(a, b)
-                gain = f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
+        elif c["recipe"] is not None:
+            ours = f"{labels[c['recipe']]}: not run yet"
         out.append(f"| {name.removesuffix('-v0')}{held} | {anchor:.2f} ({method}; {source}) | {qrl:.2f} | {ours} | "
                    f"{_fmt(bases[short])} | " + " | ".join(cells) + f" | {gain} | {wall} | {verdict} |")  # fmt: skip
     return "\n".join(out)
