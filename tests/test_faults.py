@@ -208,7 +208,8 @@ eval_seed = 1
 
 
 def test_two_only_runs_into_one_out_at_once_keep_both_rows(tmp_path, capsys, monkeypatch):
-    """`--only a` and `--only b` into one --out at once: b finishes while a evaluates; a's results then hold both."""
+    """`--only a` and `--only b` into one --out at once: b finishes while a evaluates; a's results then hold both,
+    and so does pipeline.json."""
     import ttt.pipeline.run as prun
 
     (tmp_path / "two.toml").write_text(PIPE)
@@ -225,6 +226,11 @@ def test_two_only_runs_into_one_out_at_once_keep_both_rows(tmp_path, capsys, mon
     assert main([*argv, "--only", "a"]) == 0
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert sorted(r["run"]["name"] for r in doc["records"]) == ["a", "b"]
+    # pipeline.json describes both rows too, in the pipeline's order (b's invocation kept a's run), and another
+    # invocation of one of them keeps the other
+    plan_runs = lambda: [r["name"] for r in json.loads((tmp_path / "out" / "pipeline.json").read_text())["runs"]]  # noqa: E731
+    assert plan_runs() == ["a", "b"]
+    assert main([*argv, "--only", "b"]) == 0 and plan_runs() == ["a", "b"]
 
 
 # ---------------------------------------------------------------------------------- 5. Ctrl-C says what is saved

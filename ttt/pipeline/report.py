@@ -221,7 +221,7 @@ def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print)
 
 def _pipeline_order(run_dir: Path) -> list[str]:
     """The run names of the directory's pipeline in its order: the whole pipeline file named by `pipeline.json`'s
-    source when it still loads (an `--only` invocation writes only its own runs there), else those runs."""
+    source when it still loads (older `--only` invocations wrote only their own runs there), else those runs."""
     meta_p = run_dir / "pipeline.json"
     if not meta_p.exists():
         return []

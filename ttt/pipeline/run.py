@@ -64,7 +64,9 @@ def run_pipeline(
     if "data" in stages or "pretrain" in stages:
         writable_dir(cache, cache_label(cache_arg))
     doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
-    atomic_write_text(out / "pipeline.json", dumps(doc, indent=1))
+    with locked(out / ".results.lock", f"{out / 'results.json'}"):  # the runs of other --only invocations kept
+        doc["runs"] = _merge_runs(doc["runs"], read_json(out / "pipeline.json"), all_names)
+        atomic_write_text(out / "pipeline.json", dumps(doc, indent=1))
     t0 = time.perf_counter()
     datasets: dict[tuple, tuple] = {}
     envs = EnvCache()
@@ -112,6 +114,18 @@ def _kept_records(out: Path, pipe: Pipeline, all_names: list[str] | None) -> lis
     running = {r["name"] for r in pipe.runs}
     names = set(all_names) - running
     return [r for r in doc["records"] if isinstance(r, dict) and r.get("run", {}).get("name") in names]
+
+
+def _merge_runs(runs: list, old, all_names: list[str] | None) -> list:
+    """`pipeline.json`'s runs: this invocation's, and (with `--only`, `all_names` given) the runs of the same pipeline
+    that an earlier invocation into this `--out` wrote and this one does not run, in the pipeline's order; so the
+    file describes every row `results.json` keeps."""
+    if not all_names or not isinstance(old, dict) or not isinstance(old.get("runs"), list):
+        return runs
+    running = {r["name"] for r in runs}
+    kept = [r for r in old["runs"] if isinstance(r, dict) and r.get("name") in set(all_names) - running]
+    order = {n: i for i, n in enumerate(all_names)}
+    return sorted([*runs, *kept], key=lambda r: order.get(r["name"], len(order)))
 
 
 def _merge(records: list[dict], kept: list[dict], all_names: list[str] | None) -> list[dict]:
