@@ -159,8 +159,26 @@ def test_rows_pair_each_ttt_row_with_its_own_base():
             _rec("t3", "ttt", [0.5, 0.6, 0.6], episodes=5)]  # fmt: skip
     rs = {r["name"]: r for r in rows(recs)}
     assert rs["t1"]["base"] == "b1" and rs["t2"]["base"] == "b2" and rs["t3"]["base"] is None
-    assert rs["t1"]["welch_t"] == pytest.approx(welch([0.7, 0.8, 0.9], [0.1, 0.2, 0.3])[0])
-    assert rs["b1"]["base"] is None and rs["b1"]["welch_p"] is None
+    assert rs["t1"]["t"] == pytest.approx(welch([0.7, 0.8, 0.9], [0.1, 0.2, 0.3])[0]) and rs["t1"]["test"] == "welch"
+    assert rs["b1"]["base"] is None and rs["b1"]["p"] is None
+
+
+def test_rows_pair_a_row_with_its_base_by_checkpoint_digest():
+    """The report's t, p: the paired t-test where both records carry the same checkpoint digest and ran the same
+    episodes, Welch's where one lacks the digest (the report names which)."""
+    from ttt.stats import paired
+
+    def rec(name, variant, rates, sha):
+        s = np.asarray(rates, float)[:, None, None] * np.ones((3, 1, 2))
+        return {**_rec(name, variant, list(rates)), "success": s.tolist(), "checkpoint_sha256": sha}
+
+    base, tt = [0.1, 0.5, 0.2], [0.3, 0.6, 0.5]
+    rs = {r["name"]: r for r in rows([rec("b", "base", base, "s1"), rec("t", "ttt", tt, "s1")])}
+    d = paired(base, tt)
+    assert rs["t"]["test"] == "paired" and (rs["t"]["t"], rs["t"]["p"]) == pytest.approx((d.t, d.p))
+    assert rs["t"]["p"] != pytest.approx(welch(tt, base)[1])  # the seeds move together: not Welch's p
+    rs = {r["name"]: r for r in rows([rec("b", "base", base, None), rec("t", "ttt", tt, "s1")])}
+    assert rs["t"]["test"] == "welch" and rs["t"]["p"] == pytest.approx(welch(tt, base)[1])
 
 
 def test_bad_distributed_environment_is_one_line(monkeypatch, capsys):

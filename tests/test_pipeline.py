@@ -81,7 +81,7 @@ def test_mini_pipeline_end_to_end(tmp_path, capsys):
     assert all(r["compute"]["device"] == "cpu" and r["compute"]["cpus"] >= 1 for r in recs.values())  # what ran it
     assert ckpt_meta["compute"][0]["from_step"] == 0
     header = (out / "results.csv").read_text().splitlines()[0]
-    assert header.startswith("name,group,dataset,agent,variant") and "welch_p" in header
+    assert header.startswith("name,group,dataset,agent,variant") and ",t,p,test," in header
     report = (out / "report.md").read_text()
     assert "| base | pointmaze-medium-stitch | gcbc | base |" in report and "vs base: t, p" in report
     assert (out / "plots" / "bars-main.png").stat().st_size > 1000

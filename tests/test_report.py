@@ -156,7 +156,7 @@ def test_results_json_has_readable_rows_and_one_line_per_record(tmp_path):
     assert '\n   "name": "c-steps10000-variantbase",\n' in text  # the rows stay one key per line
     doc = load_results(tmp_path)
     assert "NaN" not in text  # strict JSON: NaN written as null, in rows and records alike
-    assert math.isnan(rows(recs)[1]["welch_p"]) and doc["rows"][1]["welch_p"] is None
+    assert math.isnan(rows(recs)[1]["p"]) and doc["rows"][1]["p"] is None
     assert doc["rows"] == json.loads(json.dumps(rows(recs)).replace("NaN", "null"))
     assert doc["records"][1]["rounds"]["spearman"] == [[[[None, 0.5]]]]
     write_results([], tmp_path)

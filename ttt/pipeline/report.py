@@ -1,6 +1,7 @@
 """Results tables and plots of pipeline runs: results.json / results.csv, report.md (mean +- standard error over
-seeds, Welch's t-test of each TTT row against its base row, the paper's figure beside ours) and plots (success
-bars, ablation curves, the data selected during an episode over the maze as in the paper's Figure 2).
+seeds, each TTT row against its base row: a paired t-test by checkpoint digest, else Welch's; the paper's figure
+beside ours) and plots (success bars, ablation curves, the data selected during an episode over the maze as in the
+paper's Figure 2).
 
 Everything here reads only what the pipeline saved in its output directory, so `ttt report DIR` rebuilds it.
 """
@@ -24,11 +25,11 @@ from ttt.graph import TTGSConfig
 from ttt.pipeline.config import load_pipeline
 from ttt.pipeline.keys import record_ttgs_path
 from ttt.presets import PROFILES
-from ttt.stats import welch
+from ttt.stats import pairable, paired, welch
 from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json, writable_dir
 
 CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
-              "paper", "paper_se", "welch_t", "welch_p", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
+              "paper", "paper_se", "t", "p", "test", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
               "selection", "relevance", "c_rel", "episodes", "wall_s", "episodes_per_s", "checkpoint")  # fmt: skip
 
 
@@ -41,6 +42,15 @@ def _base_of(rec: dict, records: list[dict]) -> dict | None:
                 and all(q[k] == r[k] for k in ("dataset", "tasks", "episodes", "eval_seed"))):  # fmt: skip
             return o
     return None
+
+
+def _vs_base(rec: dict, base: dict) -> tuple[float, float, str]:
+    """t and p of the row against its base row over seeds (`ttt.stats`): the paired t-test where both records carry
+    the same checkpoint digest and ran the same episodes (`pairable`), else Welch's test (nan without variance)."""
+    if pairable(rec, base):
+        d = paired(base["per_seed"], rec["per_seed"])
+        return d.t, d.p, "paired"
+    return (*welch(rec["per_seed"], base["per_seed"]), "welch")
 
 
 def _actor_dims(run: dict, profile: str | None) -> list[int] | None:
@@ -98,7 +108,7 @@ def rows(records: list[dict]) -> list[dict]:
         base = _base_of(rec, records) if r["variant"] != "base" else None
         row["base"] = base["run"]["name"] if base else None
         row["base_mean"] = base["mean"] if base else None
-        row["welch_t"], row["welch_p"] = welch(rec["per_seed"], base["per_seed"]) if base else (None, None)
+        row["t"], row["p"], row["test"] = _vs_base(rec, base) if base else (None, None, None)
         out.append(row)
     return out
 
@@ -297,16 +307,17 @@ def table_md(rs: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rs:
-        welch_txt = "-"
+        vs_txt = "-"
         if r["base"] is not None:
-            t, p = r["welch_t"], r["welch_p"]
-            welch_txt = "n/a (no variance)" if t is None or math.isnan(t) else f"{t:.2f}, {p:.3f}{_stars(p)}"
+            t, p = r["t"], r["p"]
+            paired_txt = " paired" if r["test"] == "paired" else ""
+            vs_txt = "n/a (no variance)" if t is None or math.isnan(t) else f"{t:.2f}, {p:.3f}{_stars(p)}{paired_txt}"
         eps = f"{r['episodes_per_s']:.2f}" if r.get("episodes_per_s") else "-"
         lines.append(
             f"| {r['name']} | {r['dataset'].removesuffix('-v0')} | {r['agent']} | {r['variant']} | "
             f"{settings_text(r)} | "
             f"{r['seeds']} x {r['n_episodes'] // r['seeds']} | {_pm(r['mean'], r['se'])} | "
-            f"{_pm(r.get('paper'), r.get('paper_se'), 2)} | {welch_txt} | {eps} |"
+            f"{_pm(r.get('paper'), r.get('paper_se'), 2)} | {vs_txt} | {eps} |"
         )
     return "\n".join(lines)
 
@@ -326,7 +337,7 @@ def paper_table_md(rs: list[dict]) -> str:
                 continue
             r = m[0]
             paper = "" if r.get("paper") is None else f" [{r['paper']:.2f}]"
-            cells.append(f"{_pm(r['mean'], r['se'], 2)}{paper}{_stars(r['welch_p'] if r['base'] else None)}")
+            cells.append(f"{_pm(r['mean'], r['se'], 2)}{paper}{_stars(r['p'] if r['base'] else None)}")
         lines.append(f"| {agent} | {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -604,8 +615,9 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
         md += [meta["description"], ""]
     md += [
         f"Profile(s): {', '.join(profiles)}. Success = mean over seeds of each seed's success rate over its "
-        "tasks x episodes; +- is the standard error over seeds. t, p: Welch's t-test of the row's per-seed "
-        "success rates against its base row's (same checkpoint, tasks, episodes and evaluation seed); "
+        "tasks x episodes; +- is the standard error over seeds. t, p: the row's per-seed success rates against its "
+        "base row's (same checkpoint, tasks, episodes and evaluation seed): the paired t-test where both records "
+        "carry the same checkpoint digest (marked paired), else Welch's; "
         "(*) p < 0.1, (**) p < 0.05, (***) p < 0.01. paper: the paper's figure for the same row (its own "
         "networks, 1M pre-training steps; see each run's paper_ref).",
         "",
