@@ -169,7 +169,7 @@ def test_rows_pair_a_row_with_its_base_by_checkpoint_digest():
     from ttt.stats import paired
 
     def rec(name, variant, rates, sha):
-        s = np.asarray(rates, float)[:, None, None] * np.ones((3, 1, 2))
+        s = np.asarray(rates, float)[:, None, None] * np.ones((len(rates), 1, 2))
         return {**_rec(name, variant, list(rates)), "success": s.tolist(), "checkpoint_sha256": sha}
 
     base, tt = [0.1, 0.5, 0.2], [0.3, 0.6, 0.5]
@@ -179,6 +179,8 @@ def test_rows_pair_a_row_with_its_base_by_checkpoint_digest():
     assert rs["t"]["p"] != pytest.approx(welch(tt, base)[1])  # the seeds move together: not Welch's p
     rs = {r["name"]: r for r in rows([rec("b", "base", base, None), rec("t", "ttt", tt, "s1")])}
     assert rs["t"]["test"] == "welch" and rs["t"]["p"] == pytest.approx(welch(tt, base)[1])
+    one = {r["name"]: r for r in rows([rec("b", "base", base[:1], "s1"), rec("t", "ttt", tt[:1], "s1")])}
+    assert math.isnan(one["t"]["p"])  # one seed: no test, and no error
 
 
 def test_bad_distributed_environment_is_one_line(monkeypatch, capsys):

@@ -46,8 +46,9 @@ def _base_of(rec: dict, records: list[dict]) -> dict | None:
 
 def _vs_base(rec: dict, base: dict) -> tuple[float, float, str]:
     """t and p of the row against its base row over seeds (`ttt.stats`): the paired t-test where both records carry
-    the same checkpoint digest and ran the same episodes (`pairable`), else Welch's test (nan without variance)."""
-    if pairable(rec, base):
+    the same checkpoint digest and ran the same episodes (`pairable`), else Welch's test (nan without variance, or for
+    one seed)."""
+    if pairable(rec, base) and len(rec["per_seed"]) >= 2:
         d = paired(base["per_seed"], rec["per_seed"])
         return d.t, d.p, "paired"
     return (*welch(rec["per_seed"], base["per_seed"]), "welch")
