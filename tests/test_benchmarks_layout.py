@@ -4,6 +4,7 @@ link of the front page reaches a heading, and `studies/table1.py --write` fills 
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -36,14 +37,19 @@ def _anchors(path: Path) -> set[str]:
     return {_anchor(ln.lstrip("#")) for ln in path.read_text().splitlines() if ln.startswith("#")}
 
 
+def _script(folder: str, name: str):
+    """The benchmark script NAME of a folder of benchmarks/, imported (the folder on the path while it loads)."""
+    sys.path.insert(0, str(BENCH / folder))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH / folder))
+
+
 def _claims_at(tmp_path, monkeypatch):
     """`benchmarks/studies/claims.py` reading records under `tmp_path` (its RES and ROOT), and an empty
     `tmp_path/t/evals` for them."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import claims
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    claims = _script("studies", "claims")
     evals = tmp_path / "t" / "evals"
     evals.mkdir(parents=True)
     monkeypatch.setattr(claims, "RES", tmp_path)
@@ -120,11 +126,7 @@ def test_table1_fills_the_front_page_block(tmp_path):
 
 def test_table1_cells_name_a_different_episode_count():
     """A Table 1 cell whose record holds another number of episodes than its row says so; the row's own do not."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import table1
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    table1 = _script("studies", "table1")
     rec = {"per_seed": np.array([0.2, 0.4, 0.6]), "n": 30}  # mean 0.4, s.e. 0.2 / sqrt(3) = 0.115
     assert table1._pm(rec, 30) == "0.40 +- 0.12" and table1._pm(rec) == "0.40 +- 0.12"
     assert table1._pm(rec, 150) == "0.40 +- 0.12 (30 ep.)"
@@ -134,11 +136,7 @@ def test_table1_cells_name_a_different_episode_count():
 def test_table1_gpu_antmaze_lines_follow_the_records(tmp_path, monkeypatch):
     """A device folder `gpu/DEV/table1-antmaze` gives Table 1 a paper-profile GC-IQL antmaze stitch line only when it
     holds GC-IQL records, and SAW lines only when it holds SAW records (the GPU queue ran SAW there once)."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import table1
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    table1 = _script("studies", "table1")
     monkeypatch.setattr(table1, "RES", tmp_path)
     evals = tmp_path / "gpu" / "dev-a" / "table1-antmaze" / "evals"
     evals.mkdir(parents=True)
@@ -158,11 +156,7 @@ def test_table1_aggregate_takes_the_line_with_more_evidence_once_it_is_in(tmp_pa
     """A 3-seed line superseded by a 5-seed line of the same cell: both count while the 5-seed line lacks a record;
     once it has both, only it (5 tasks x 5 seeds); a line of another env with the same label is not superseded."""
     claims, evals = _claims_at(tmp_path, monkeypatch)
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import table1
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    table1 = _script("studies", "table1")
 
     def put(name, seeds, rate):
         s = (np.random.default_rng(len(name) + seeds).random((seeds, 5, 2)) < rate).astype(int)
@@ -250,11 +244,7 @@ def test_an_evaluation_says_each_tasks_compute_where_they_differ():
 def test_table1_published_cell_shows_each_set_of_checkpoints(tmp_path, monkeypatch):
     """The published-code cell: the first run's records, then each rerun on other checkpoints (a subfolder) as its
     own base -> critic; an unfinished row says how far it got."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import table1
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    table1 = _script("studies", "table1")
     monkeypatch.setattr(table1, "RES", tmp_path)
     pattern = "published/toy-v0__gciql__*__10.json"
     assert table1.published(None) == "-" and table1.published(pattern) == "not run"
@@ -285,11 +275,7 @@ def _record(name: str, variant: str, success: list, alpha=None) -> dict:
 
 def test_test_time_methods_verdicts_by_hand():
     """The verdict rule of studies/test_time_methods_table.py on records whose numbers are worked out by hand."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import test_time_methods_table as ttm
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    ttm = _script("studies", "test_time_methods_table")
     base = _record("b", "base", [[[0, 0]], [[0, 1]], [[0, 0]]])  # per seed 0, 0.5, 0: mean 1/6, se sqrt(1/12)/sqrt(3)
     ttgs = _record("g", "ttgs", [[[0, 1]], [[0, 1]], [[0, 0]]])  # per seed 0.5, 0.5, 0: mean 1/3, se 1/6
     ttt = _record("t", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]])  # 1, 1, 1: mean 1, se 0
@@ -324,11 +310,7 @@ def test_test_time_methods_verdicts_by_hand():
 
 def test_test_time_methods_pools_rows_over_training_seeds_by_hand():
     """Rows run again on other training seeds pool into one row over all seeds, still paired file by file."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import test_time_methods_table as ttm
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    ttm = _script("studies", "test_time_methods_table")
     first = [_record("b", "base", [[[0, 0]], [[0, 1]]]), _record("t", "ttt", [[[1, 1]], [[1, 0]]])]
     second = [_record("b", "base", [[[0, 0, 0, 0]]]), _record("t", "ttt", [[[1, 1, 1, 1]]]),
               _record("only-here", "ttgs", [[[1, 1, 1, 1]]])]  # fmt: skip
@@ -367,19 +349,11 @@ def test_test_time_methods_pools_rows_over_training_seeds_by_hand():
 def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_path, monkeypatch):
     """`claims.load` takes the record with the most episodes; asked for `n`, the one of exactly `n` episodes where one
     exists (so Table 1 compares a 30-episode screen with the base's 30, not its 150), else still the largest."""
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import claims
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
-    evals = tmp_path / "t" / "evals"
-    evals.mkdir(parents=True)
+    claims, evals = _claims_at(tmp_path, monkeypatch)
     for key, episodes in (("aaaaaaaaaaaa", 2), ("bbbbbbbbbbbb", 10)):
         success = np.zeros((3, 5, episodes))
         success[0, 0, 0] = 1  # one success: 1 / 30 or 1 / 150
         (evals / f"row-{key}.json").write_text(json.dumps({"n_episodes": success.size, "success": success.tolist()}))
-    monkeypatch.setattr(claims, "RES", tmp_path)
-    monkeypatch.setattr(claims, "ROOT", tmp_path)
     row = claims.Row("t/evals/row")
     assert claims.load(row)["n"] == 150 and claims.load(row, 60)["n"] == 150
     paired = claims.load(row, 30)
@@ -402,11 +376,7 @@ def test_claims_load_pairs_a_screen_with_the_record_of_its_episode_count(tmp_pat
 def test_rederivation_counter_counts_calls_by_code_and_opens_by_file(tmp_path):
     """analyses/rederivation.py's counter: calls of a named function defined under its roots (not one of the same
     name elsewhere), split at the first stage marker, and file opens by label, reads apart from (atomic) writes."""
-    sys.path.insert(0, str(BENCH / "analyses"))
-    try:
-        import rederivation
-    finally:
-        sys.path.remove(str(BENCH / "analyses"))
+    rederivation = _script("analyses", "rederivation")
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "mod.py").write_text("def get_spec(x):\n    return x\n\n\ndef ensure_data():\n    return get_spec(0)\n")
@@ -449,11 +419,7 @@ def test_rederivation_counter_counts_calls_by_code_and_opens_by_file(tmp_path):
 def test_round_diagnostics_average_the_rounds_that_ran_by_hand():
     """analyses/round_diagnostics.py: a metric's mean over active rounds only (a round after the episode ended, or a
     None, does not count); selection metrics blank for rows that select nothing (base, ttgs)."""
-    sys.path.insert(0, str(BENCH / "analyses"))
-    try:
-        import round_diagnostics as rd
-    finally:
-        sys.path.remove(str(BENCH / "analyses"))
+    rd = _script("analyses", "round_diagnostics")
     # 1 seed x 1 task x 2 episodes x 3 rounds; episode 1 ended after its first round
     active = [[[[1, 1, 1], [1, 0, 0]]]]
     rec = dict(mean=0.5, n_episodes=2, seeds=1, run=dict(variant="ttt"),
@@ -476,11 +442,7 @@ def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypat
     mean (per-seed differences paired by digest) ties with it and the cheaper per episode of tied ones is taken; no
     recipe until every cell is in with 2 seeds or more; above / level / below the anchor by two combined s.e."""
     _claims_at(tmp_path, monkeypatch)
-    sys.path.insert(0, str(BENCH / "studies"))
-    try:
-        import pointmaze_beyond as pb
-    finally:
-        sys.path.remove(str(BENCH / "studies"))
+    pb = _script("studies", "pointmaze_beyond")
     evals = tmp_path / "pointmaze-beyond" / "evals"
     evals.mkdir(parents=True)
 
