@@ -204,6 +204,8 @@ def test_a_record_without_a_digest_is_never_paired():
     # equal digests: paired; another checkpoint, dataset, task list or episode count: not
     assert stats.pairable(_rec(base, "s1", "d1", tasks=[1]), _rec(ttt, "s1", "d1", tasks=[1]))
     assert stats.compare_records(_rec(base, "s1"), _rec(ttt, "s1")).test == "paired"
+    one = stats.compare_records(_rec(base[:1], "s1"), _rec(ttt[:1], "s1"))  # one seed: nothing to pair, no error
+    assert one.test == "welch" and one.diff == pytest.approx(np.mean(ttt[0]) - np.mean(base[0]))
     assert not stats.pairable(_rec(base, "s1"), _rec(ttt, "s2"))
     assert not stats.pairable(_rec(base, "s1", "d1"), _rec(ttt, "s1", "d2"))
     assert not stats.pairable(_rec(base, "s1", tasks=[1]), _rec(ttt, "s1", tasks=[2]))

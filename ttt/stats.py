@@ -264,8 +264,14 @@ def pairable(a: dict, b: dict) -> bool:
     return all(ra.get(k) == rb.get(k) for k in ("tasks", "eval_seed") if k in ra and k in rb)
 
 
+def paired_test(a: dict, b: dict) -> bool:
+    """Whether B - A is tested seed by seed: the records are `pairable` and hold 2 seeds or more (one seed has no
+    spread to test; it falls to `welch`, undefined there)."""
+    return pairable(a, b) and np.shape(a["success"])[0] >= 2
+
+
 def compare_records(a: dict, b: dict) -> Diff:
-    """B - A over seeds: `paired` where the records are `pairable`, else `unpaired` (Welch)."""
+    """B - A over seeds: `paired` where `paired_test` allows, else `unpaired` (Welch)."""
     sa, sb = (np.asarray(r["success"], float) for r in (a, b))
     ra, rb = (s.reshape(s.shape[0], -1).mean(axis=1) for s in (sa, sb))
-    return paired(ra, rb) if pairable(a, b) else unpaired(ra, rb)
+    return paired(ra, rb) if paired_test(a, b) else unpaired(ra, rb)

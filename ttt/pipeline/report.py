@@ -25,7 +25,7 @@ from ttt.graph import TTGSConfig
 from ttt.pipeline.config import load_pipeline
 from ttt.pipeline.keys import record_ttgs_path
 from ttt.presets import PROFILES
-from ttt.stats import pairable, paired, welch
+from ttt.stats import paired, paired_test, welch
 from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json, writable_dir
 
 CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
@@ -46,9 +46,9 @@ def _base_of(rec: dict, records: list[dict]) -> dict | None:
 
 def _vs_base(rec: dict, base: dict) -> tuple[float, float, str]:
     """t and p of the row against its base row over seeds (`ttt.stats`): the paired t-test where both records carry
-    the same checkpoint digest and ran the same episodes (`pairable`), else Welch's test (nan without variance, or for
-    one seed)."""
-    if pairable(rec, base) and len(rec["per_seed"]) >= 2:
+    the same checkpoint digest and ran the same episodes (`paired_test`), else Welch's test (nan without variance, or
+    for one seed: the report says "n/a" where `stats.unpaired` would put 0 or 1)."""
+    if paired_test(base, rec):
         d = paired(base["per_seed"], rec["per_seed"])
         return d.t, d.p, "paired"
     return (*welch(rec["per_seed"], base["per_seed"]), "welch")
