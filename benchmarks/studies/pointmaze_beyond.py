@@ -14,8 +14,8 @@ episodes). Two tables, by the rule RESULTS.md stated before the runs:
    recipe. Until all four datasets hold all three candidates, no recipe is named.
 2. **Against the anchors** (all six datasets; the giant mazes are held out: run with the chosen recipe unchanged):
    ours (the recipe; base and each method alone beside it), the anchor (method, source, protocol) and the verdict:
-   above / level / below by two combined s.e., or our s.e. alone where the anchor's is not transcribed here. Every
-   anchor trained 1M updates of 512x3 networks; ours 10k of 256x2.
+   above / level / below by two combined s.e. (the anchor's s.e. from its s.d. over 8 seeds; CompDiffuser's is 0,
+   so ours alone decides there). Every anchor trained 1M updates of 512x3 networks; ours 10k of 256x2.
 
 Mean +- s.e. over the training seeds; B - A paired by checkpoint digest (`ttt.stats`). With `--write`, the tables
 replace the block between `<!-- pointmaze-beyond -->` and `<!-- /pointmaze-beyond -->`.
@@ -37,16 +37,19 @@ from claims import Row, diff, load, load_pair, replace_block  # noqa: E402
 from ttt import stats  # noqa: E402
 
 EVALS = "pointmaze-beyond/evals"
-TTGS, CDIFF = "TTGS paper, 8 seeds x 50 per task", "CompDiffuser paper, 8 seeds"
-# (short name, OGBench dataset, the anchor: success, method, source and protocol, its s.e. where transcribed;
-# OGBench's QRL without test-time help)
+TTGS, CDIFF = "TTGS paper, 8 seeds x 50 per task", "CompDiffuser paper, via the TTGS paper's table"
+# (short name, OGBench dataset, the anchor: success, method, source and protocol, its s.e.; OGBench's QRL without
+# test-time help). The anchors are the TTGS paper's appendix table "Success rates (%) across datasets" (arXiv
+# 2510.07257v2; its LaTeX source in the authors' repository ktolnos/TTGS, main.tex at 8f3f989): mean +- s.d. over
+# 8 seeds, so s.e. = s.d. / sqrt(8). CompDiffuser's 100 +- 0 is quoted there from its own paper: s.e. 0.
+SE8 = math.sqrt(8)
 DATASETS = (
-    ("medium-nav", "pointmaze-medium-navigate-v0", (0.98, "QRL + TTGS", TTGS, None), 0.82),
-    ("medium-stitch", "pointmaze-medium-stitch-v0", (1.00, "CompDiffuser", CDIFF, None), 0.80),
-    ("large-nav", "pointmaze-large-navigate-v0", (0.92, "QRL + TTGS", TTGS, None), 0.86),
-    ("large-stitch", "pointmaze-large-stitch-v0", (1.00, "CompDiffuser", CDIFF, None), 0.84),
-    ("giant-nav", "pointmaze-giant-navigate-v0", (0.95, "SAW + TTGS", TTGS, None), 0.68),
-    ("giant-stitch", "pointmaze-giant-stitch-v0", (0.98, "GC-IQL + TTGS", TTGS, None), 0.50),
+    ("medium-nav", "pointmaze-medium-navigate-v0", (0.984, "QRL + TTGS", TTGS, 0.034 / SE8), 0.82),
+    ("medium-stitch", "pointmaze-medium-stitch-v0", (1.00, "CompDiffuser", CDIFF, 0.0), 0.80),
+    ("large-nav", "pointmaze-large-navigate-v0", (0.920, "QRL + TTGS", TTGS, 0.097 / SE8), 0.86),
+    ("large-stitch", "pointmaze-large-stitch-v0", (1.00, "CompDiffuser", CDIFF, 0.0), 0.84),
+    ("giant-nav", "pointmaze-giant-navigate-v0", (0.948, "SAW + TTGS", TTGS, 0.028 / SE8), 0.68),
+    ("giant-stitch", "pointmaze-giant-stitch-v0", (0.980, "GC-IQL + TTGS", TTGS, 0.014 / SE8), 0.50),
 )  # fmt: skip
 CHOOSE = ("medium-nav", "medium-stitch", "large-nav", "large-stitch")
 # The candidates (row suffix, label), in the order of their expected cost per episode (cheapest first)
@@ -108,7 +111,7 @@ def choose() -> dict:
 
 
 def anchor_verdict(ours: float, ours_se: float, anchor: float, anchor_se: float | None) -> str:
-    """Above / level / below the anchor by two combined s.e. (our s.e. alone where the anchor's is not transcribed);
+    """Above / level / below the anchor by two combined s.e. (our s.e. alone where the anchor gives none, or 0);
     '-' where our s.e. is undefined (one seed)."""
     if math.isnan(ours_se):
         return "-"
@@ -148,7 +151,7 @@ def tables() -> str:
                 + ")."]  # fmt: skip
     out += ["", f"**Against the anchors** (ours: GC-IQL, 10k updates of 256x2 networks, cpu profile, {per_row}; the "
             "TTGS paper's and OGBench's agents: 1M updates of 512x3; CompDiffuser: a diffusion planner, its own "
-            "training; the anchors' s.e. not transcribed, so the verdict uses ours alone):", "",
+            "training; the anchors' s.e. = their s.d. over 8 seeds / sqrt(8), CompDiffuser's 0):", "",
             "| dataset | best published (method; source, protocol) | OGBench QRL | ours: recipe | base | TTGS | GC-TTT "
             "| GC-TTT + TTGS | recipe - base (s.e., p) | s / episode | verdict |", "|---|" + "---|" * 10]  # fmt: skip
     for short, name, (anchor, method, source, anchor_se), qrl in DATASETS:
@@ -166,7 +169,8 @@ def tables() -> str:
             verdict = anchor_verdict(m, s, anchor, anchor_se)
         elif c["recipe"] is not None:
             ours = f"{labels[c['recipe']]}: not run yet"
-        out.append(f"| {name.removesuffix('-v0')}{held} | {anchor:.2f} ({method}; {source}) | {qrl:.2f} | {ours} | "
+        published = f"{anchor:.3f} +- {anchor_se:.3f} ({method}; {source})"
+        out.append(f"| {name.removesuffix('-v0')}{held} | {published} | {qrl:.2f} | {ours} | "
                    f"{_fmt(bases[short])} | " + " | ".join(cells) + f" | {gain} | {wall} | {verdict} |")  # fmt: skip
     return "\n".join(out)
 
