@@ -39,17 +39,18 @@ from ttt import stats  # noqa: E402
 EVALS = "pointmaze-beyond/evals"
 TTGS, CDIFF = "TTGS paper, 8 seeds x 50 per task", "CompDiffuser paper, via the TTGS paper's table"
 # (short name, OGBench dataset, the anchor: success, method, source and protocol, its s.e.; OGBench's QRL without
-# test-time help). The anchors are the TTGS paper's appendix table "Success rates (%) across datasets" (arXiv
-# 2510.07257v2; its LaTeX source in the authors' repository ktolnos/TTGS, main.tex at 8f3f989): mean +- s.d. over
-# 8 seeds, so s.e. = s.d. / sqrt(8). CompDiffuser's 100 +- 0 is quoted there from its own paper: s.e. 0.
+# test-time help; our backbone at the anchors' scale: GC-IQL 1M x 512x3 alone and with TTGS, the TTGS paper's runs).
+# The anchors are the TTGS paper's appendix table "Success rates (%) across datasets" (arXiv 2510.07257v2; its LaTeX
+# source in the authors' repository ktolnos/TTGS, main.tex at 8f3f989): mean +- s.d. over 8 seeds, so s.e. = s.d. /
+# sqrt(8). CompDiffuser's 100 +- 0 is quoted there from its own paper: s.e. 0.
 SE8 = math.sqrt(8)
 DATASETS = (
-    ("medium-nav", "pointmaze-medium-navigate-v0", (0.984, "QRL + TTGS", TTGS, 0.034 / SE8), 0.82),
-    ("medium-stitch", "pointmaze-medium-stitch-v0", (1.00, "CompDiffuser", CDIFF, 0.0), 0.80),
-    ("large-nav", "pointmaze-large-navigate-v0", (0.920, "QRL + TTGS", TTGS, 0.097 / SE8), 0.86),
-    ("large-stitch", "pointmaze-large-stitch-v0", (1.00, "CompDiffuser", CDIFF, 0.0), 0.84),
-    ("giant-nav", "pointmaze-giant-navigate-v0", (0.948, "SAW + TTGS", TTGS, 0.028 / SE8), 0.68),
-    ("giant-stitch", "pointmaze-giant-stitch-v0", (0.980, "GC-IQL + TTGS", TTGS, 0.014 / SE8), 0.50),
+    ("medium-nav", "pointmaze-medium-navigate-v0", (0.984, "QRL + TTGS", TTGS, 0.034 / SE8), 0.82, (0.515, 0.909)),
+    ("medium-stitch", "pointmaze-medium-stitch-v0", (1.00, "CompDiffuser", CDIFF, 0.0), 0.80, (0.182, 0.440)),
+    ("large-nav", "pointmaze-large-navigate-v0", (0.920, "QRL + TTGS", TTGS, 0.097 / SE8), 0.86, (0.322, 0.881)),
+    ("large-stitch", "pointmaze-large-stitch-v0", (1.00, "CompDiffuser", CDIFF, 0.0), 0.84, (0.290, 0.290)),
+    ("giant-nav", "pointmaze-giant-navigate-v0", (0.948, "SAW + TTGS", TTGS, 0.028 / SE8), 0.68, (0.000, 0.919)),
+    ("giant-stitch", "pointmaze-giant-stitch-v0", (0.980, "GC-IQL + TTGS", TTGS, 0.014 / SE8), 0.50, (0.000, 0.980)),
 )  # fmt: skip
 CHOOSE = ("medium-nav", "medium-stitch", "large-nav", "large-stitch")
 # The candidates (row suffix, label), in the order of their expected cost per episode (cheapest first)
@@ -151,10 +152,12 @@ def tables() -> str:
                 + ")."]  # fmt: skip
     out += ["", f"**Against the anchors** (ours: GC-IQL, 10k updates of 256x2 networks, cpu profile, {per_row}; the "
             "TTGS paper's and OGBench's agents: 1M updates of 512x3; CompDiffuser: a diffusion planner, its own "
-            "training; the anchors' s.e. = their s.d. over 8 seeds / sqrt(8), CompDiffuser's 0):", "",
-            "| dataset | best published (method; source, protocol) | OGBench QRL | ours: recipe | base | TTGS | GC-TTT "
-            "| GC-TTT + TTGS | recipe - base (s.e., p) | s / episode | verdict |", "|---|" + "---|" * 10]  # fmt: skip
-    for short, name, (anchor, method, source, anchor_se), qrl in DATASETS:
+            "training; the anchors' s.e. = their s.d. over 8 seeds / sqrt(8), CompDiffuser's 0; GC-IQL 1M: our "
+            "backbone at the anchors' scale, alone and with TTGS, the TTGS paper's runs):", "",
+            "| dataset | best published (method; source, protocol) | OGBench QRL | GC-IQL 1M: alone -> TTGS "
+            "| ours: recipe | base | TTGS | GC-TTT | GC-TTT + TTGS | recipe - base (s.e., p) | s / episode | verdict |",
+            "|---|" + "---|" * 11]  # fmt: skip
+    for short, name, (anchor, method, source, anchor_se), qrl, (iql, iql_ttgs) in DATASETS:
         held = "" if short in CHOOSE else " (held out)"
         cells = [_fmt(rows[cand][short]) for cand, _ in CANDIDATES]
         verdict, gain, wall, ours = "-", "-", "-", "not chosen yet"
@@ -170,7 +173,8 @@ def tables() -> str:
         elif c["recipe"] is not None:
             ours = f"{labels[c['recipe']]}: not run yet"
         published = f"{anchor:.3f} +- {anchor_se:.3f} ({method}; {source})"
-        out.append(f"| {name.removesuffix('-v0')}{held} | {published} | {qrl:.2f} | {ours} | "
+        published += f" | {qrl:.2f} | {iql:.2f} -> {iql_ttgs:.2f}"
+        out.append(f"| {name.removesuffix('-v0')}{held} | {published} | {ours} | "
                    f"{_fmt(bases[short])} | " + " | ".join(cells) + f" | {gain} | {wall} | {verdict} |")  # fmt: skip
     return "\n".join(out)
 
