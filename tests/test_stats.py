@@ -24,6 +24,10 @@ def test_paired_difference_by_hand():
 def test_paired_without_spread():
     assert paired([0.2, 0.2, 0.2], [0.9, 0.9, 0.9]).p == 0.0  # every seed moved by the same +0.7
     assert paired([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]).p == 1.0  # nothing moved
+    # float32 rates (as records hold them) that all moved by +0.06: no spread, not t = 1.4e7 from rounding noise
+    f32 = lambda x: np.asarray(x, np.float32).astype(float).tolist()  # noqa: E731
+    r = paired(f32([0.10, 0.20, 0.16]), f32([0.16, 0.26, 0.22]))
+    assert (r.t, r.p, r.se) == (math.inf, 0.0, 0.0) and r.diff == pytest.approx(0.06)
     with pytest.raises(ValueError, match="equal length"):
         paired([0.1, 0.2], [0.1, 0.2, 0.3])
 
