@@ -73,3 +73,22 @@ def test_50_navigate_episodes_visit_every_free_cell(tmp_path):
     j = np.floor((xy[:, 0] + 4 + 2) / 4).astype(int)
     visited = set(zip(i.tolist(), j.tolist(), strict=True))
     assert visited == set(free), f"unvisited: {sorted(set(free) - visited)}, outside: {sorted(visited - set(free))}"
+
+
+def test_memoised_oracle_is_ogbench_s_at_every_step():
+    """`oracle_subgoal` answers from its memo what OGBench's BFS would at every step of a noisy navigate episode
+    (the memo is keyed by the agent's and the goal's cells, on which alone the BFS answer depends), and it is used:
+    far fewer searches than steps."""
+    from ttt.envs.gym import oracle_direction, oracle_subgoal
+
+    env = gymnasium.make("pointmaze-large-v0", terminate_at_goal=False, max_episode_steps=1000)
+    env.reset(seed=3, options=dict(task_id=2))
+    u = env.unwrapped
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        want = u.get_oracle_subgoal(u.get_xy(), u.cur_goal_xy)[0]
+        got = oracle_subgoal(env)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        env.step(np.clip(oracle_direction(env) + rng.normal(0, 0.5, 2), -1, 1))
+    assert 1 < len(u._ttt_oracle_memo) < 100  # one search per cell visited (about 0.2 a step in 4-unit cells)
+    env.close()

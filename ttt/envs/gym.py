@@ -41,12 +41,25 @@ def seed_env(env, seed: int) -> None:
     env.action_space.seed(seed)
 
 
-def oracle_direction(env) -> np.ndarray:
-    """Unit vector from the agent towards OGBench's BFS oracle subgoal."""
+def oracle_subgoal(env) -> np.ndarray:
+    """OGBench's BFS oracle subgoal (``get_oracle_subgoal``) for the agent's position and the current goal, memoised
+    per (agent cell, goal cell) on the environment.
+
+    OGBench's oracle runs a breadth-first search over the whole maze at every call, and its answer (the centre of
+    the next cell towards the goal) depends only on the two cells: the maze is fixed and no random number is drawn.
+    The agent stays in one cell for many steps, so the memo returns the very array values OGBench would and spares
+    about 60% of a pointmaze generation step (`benchmarks/speed/oracle_memo.py`)."""
     u = env.unwrapped
-    xy = u.get_xy()
-    subgoal_xy, _ = u.get_oracle_subgoal(xy, u.cur_goal_xy)
-    d = subgoal_xy - xy
+    key = (u.xy_to_ij(u.get_xy()), u.xy_to_ij(u.cur_goal_xy))
+    memo = u.__dict__.setdefault("_ttt_oracle_memo", {})
+    if key not in memo:
+        memo[key] = np.array(u.get_oracle_subgoal(u.get_xy(), u.cur_goal_xy)[0])
+    return memo[key]
+
+
+def oracle_direction(env) -> np.ndarray:
+    """Unit vector from the agent towards OGBench's BFS oracle subgoal (`oracle_subgoal`)."""
+    d = oracle_subgoal(env) - env.unwrapped.get_xy()
     return d / (np.linalg.norm(d) + 1e-6)
 
 
