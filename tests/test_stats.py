@@ -22,21 +22,40 @@ def test_paired_difference_by_hand():
 
 
 def test_paired_without_spread():
-    assert paired([0.2, 0.2, 0.2], [0.9, 0.9, 0.9]).p == 0.0  # every seed moved by the same +0.7
+    # every seed moved by the same +0.7: no t to test with; the exact sign-flip test over 3 seeds: of the 2^3 sign
+    # patterns, all-plus and all-minus are the extreme ones, p = 2/8; over 5 seeds 2/32
+    r = paired([0.2, 0.2, 0.2], [0.9, 0.9, 0.9])
+    assert (r.t, r.p, r.se) == (math.inf, 0.25, 0.0) and r.diff == pytest.approx(0.7)
+    assert paired([0.2] * 5, [0.1] * 5).p == 2 / 32 and paired([0.2] * 5, [0.1] * 5).t == -math.inf
     assert paired([1.0, 1.0, 1.0], [1.0, 1.0, 1.0]).p == 1.0  # nothing moved
-    # float32 rates (as records hold them) that all moved by +0.06: no spread, not t = 1.4e7 from rounding noise
+    # float32 rates (as records hold them) that all moved by +0.06 (k/50), or by +2/30 (k/30, not 6-decimal numbers):
+    # no spread, not t = 1.4e7 or 2e5 from rounding noise
     f32 = lambda x: np.asarray(x, np.float32).astype(float).tolist()  # noqa: E731
-    r = paired(f32([0.10, 0.20, 0.16]), f32([0.16, 0.26, 0.22]))
-    assert (r.t, r.p, r.se) == (math.inf, 0.0, 0.0) and r.diff == pytest.approx(0.06)
+    for a, b in (([0.10, 0.20, 0.16], [0.16, 0.26, 0.22]), ([1 / 30, 2 / 30, 4 / 30], [3 / 30, 4 / 30, 6 / 30])):
+        for x, y in ((f32(a), f32(b)), (a, b)):
+            r = paired(x, y)
+            assert (r.t, r.p, r.se) == (math.inf, 0.25, 0.0), (x, y, r)
     with pytest.raises(ValueError, match="equal length"):
         paired([0.1, 0.2], [0.1, 0.2, 0.3])
 
 
+def test_unpaired_without_spread_is_the_exact_permutation_test():
+    # rows of 3, each constant: of the C(6, 3) = 20 relabellings only the observed one and its mirror are as extreme,
+    # p = 2/20; rows of 3 and 4: no mirror, 1/C(7, 3) = 1/35; equal constant rows: p 1
+    assert unpaired([0.7] * 3, [1.0] * 3).p == pytest.approx(0.1)
+    assert unpaired([0.7] * 3, [1.0] * 4).p == pytest.approx(1 / 35)
+    assert unpaired([0.5] * 3, [0.5] * 3).p == 1.0
+    assert stats.exact_no_spread_p(3) == 0.25 and stats.exact_no_spread_p(5, 5) == pytest.approx(2 / 252)
+
+
 def test_paired_is_not_welch():
-    # Seeds that differ a lot from one another but move together: the paired test sees the common move, Welch the
-    # spread between seeds.
+    # Seeds that differ a lot from one another but move together: the paired test sees the common move (no spread:
+    # the smallest p 3 seeds can give, 0.25), Welch the spread between seeds.
     a, b = [0.1, 0.5, 0.9], [0.2, 0.6, 1.0]
-    assert paired(a, b).p == 0.0
+    assert paired(a, b).p == 0.25
+    a2 = [0.1, 0.5, 0.9]
+    b2 = [0.21, 0.6, 1.0]  # with a little spread: the paired t-test, far below Welch's p
+    assert paired(a2, b2).p < 0.01
     assert unpaired(a, b).p > 0.7
     assert unpaired(a, b).diff == pytest.approx(0.1)
 

@@ -71,18 +71,33 @@ class Diff:
     test: str  # "paired" or "welch"
 
 
+SPREAD_TOL = 1e-6  # per-seed rates are k / episodes (float32 in records): differences below this are rounding
+
+
+def exact_no_spread_p(n_a: int, n_b: int | None = None) -> float:
+    """The exact permutation test's two-sided p where the rows have no spread to test with t (`paired`, `unpaired`):
+    every one of `n_a` paired differences equal and nonzero, p = 2 / 2^n_a (all sign flips; the observed signs and
+    their mirror are the extreme ones); or, unpaired (`n_b` given), each row constant and the two different, p =
+    2 / C(2n, n) for equal rows of n (1 / C(n_a + n_b, n_a) for unequal ones: no mirror). The smallest p the seeds can
+    give: 0.25 for 3 paired seeds, 0.0625 for 5; 0.1 for two rows of 3."""
+    if n_b is None:
+        return 2.0 ** (1 - n_a)
+    return (2.0 if n_a == n_b else 1.0) / math.comb(n_a + n_b, n_a)
+
+
 def paired(a, b) -> Diff:
     """Paired t-test of B - A over seeds (`a`, `b`: per-seed rates, seed i of both on one checkpoint and the same
-    episodes). Differences without spread: p 0 when they are not all zero, 1 when they are."""
-    # rates of float32 counts (0.1599999964...: off by up to 6e-8): rounded to 6 decimals, so that seeds that moved
-    # alike show no spurious spread (unrounded, +0.06 on three seeds read t = 1.4e7)
-    a, b = np.round(np.asarray(a, float).ravel(), 6), np.round(np.asarray(b, float).ravel(), 6)
+    episodes). Differences without spread (within `SPREAD_TOL`: float32 rates that moved alike) have no t to test
+    with: t is +-inf and p the exact sign-flip test's (`exact_no_spread_p`), or t 0 and p 1 where nothing moved."""
+    a, b = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()
     if a.shape != b.shape or len(a) < 2:
         raise ValueError(f"paired: per-seed rates of equal length >= 2 expected, got {len(a)} and {len(b)}")
     d = b - a
     m, se = mean_se(d)
-    if se <= 1e-12 * max(1.0, abs(m)):  # every seed moved alike (float rounding aside)
-        return Diff(m, 0.0, math.copysign(math.inf, m) if m else 0.0, 0.0 if m else 1.0, len(d), "paired")
+    if np.ptp(d) <= SPREAD_TOL:  # every seed moved alike (float rounding aside)
+        if abs(m) <= SPREAD_TOL:
+            return Diff(0.0, 0.0, 0.0, 1.0, len(d), "paired")
+        return Diff(m, 0.0, math.copysign(math.inf, m), exact_no_spread_p(len(d)), len(d), "paired")
     return Diff(m, se, m / se, _t_p(m / se, len(d) - 1), len(d), "paired")
 
 
@@ -93,7 +108,7 @@ def welch(a, b) -> tuple[float, float]:
 
     # rates of float32 counts (0.2000000029...): rounded, so that equal rates have no spurious spread
     a, b = np.round(np.asarray(a, float).ravel(), 9), np.round(np.asarray(b, float).ravel(), 9)
-    if len(a) < 2 or len(b) < 2 or (np.all(a == a[0]) and np.all(b == b[0])):
+    if len(a) < 2 or len(b) < 2 or (np.ptp(a) <= SPREAD_TOL and np.ptp(b) <= SPREAD_TOL):
         return math.nan, math.nan
     with warnings.catch_warnings():  # one row without spread: scipy warns of precision, the statistic is still right
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -102,14 +117,19 @@ def welch(a, b) -> tuple[float, float]:
 
 
 def unpaired(a, b) -> Diff:
-    """B - A for rows that cannot be paired: Welch over per-seed rates; without spread in either row p is 0 for
-    different means and 1 for equal ones."""
+    """B - A for rows that cannot be paired: Welch over per-seed rates; without spread in either row there is no t to
+    test with: p is the exact permutation test's for different means (`exact_no_spread_p`) and 1 for equal ones."""
     a, b = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()
     d = float(b.mean() - a.mean())
     se = math.hypot(mean_se(a)[1], mean_se(b)[1])
     t, p = welch(b, a)
     if math.isnan(p):
-        t, p = (math.copysign(math.inf, d), 0.0) if d else (0.0, 1.0)
+        if abs(d) <= SPREAD_TOL:
+            t, p = 0.0, 1.0
+        elif len(a) >= 2 and len(b) >= 2:
+            t, p = math.copysign(math.inf, d), exact_no_spread_p(len(a), len(b))
+        else:  # one seed: no test (the tables need 2 seeds a row)
+            t, p = math.copysign(math.inf, d), math.nan
     return Diff(d, se, t, p, min(len(a), len(b)), "welch")
 
 
@@ -125,8 +145,10 @@ def clustered(a, b) -> Diff:
     m = float(d.mean())
     var = g / (g - 1) * float(((d - m).sum(axis=1) ** 2).sum()) / n**2
     se = math.sqrt(var)
-    if se <= 1e-12 * max(1.0, abs(m)):
-        return Diff(m, 0.0, math.copysign(math.inf, m) if m else 0.0, 0.0 if m else 1.0, g, "clustered")
+    if se <= SPREAD_TOL * 1e-3:  # every seed's episodes moved alike in sum: the sign-flip test over seeds
+        if abs(m) <= SPREAD_TOL:
+            return Diff(0.0, 0.0, 0.0, 1.0, g, "clustered")
+        return Diff(m, 0.0, math.copysign(math.inf, m), exact_no_spread_p(g), g, "clustered")
     return Diff(m, se, m / se, _t_p(m / se, g - 1), g, "clustered")
 
 

@@ -1,7 +1,8 @@
-"""The test-time methods screen's tables (issue 41): each row's success (mean +- s.e. over seeds), the Welch p
-against the base row of its checkpoint, the wall time per episode and TTGS's round metrics; then the verdicts: every
-pair of methods on the same checkpoint and episodes (TTGS against base, GC-TTT against base and against TTGS, the
-combined variant against each of its parts), with the project's rule.
+"""The test-time methods screen's tables (issue 41): each row's success (mean +- s.e. over seeds), p over seeds
+against the base row of its checkpoint (paired where the digests agree, else Welch's; the test named), the wall time
+per episode and TTGS's round metrics; then the verdicts: every pair of methods on the same checkpoint and episodes
+(TTGS against base, GC-TTT against base and against TTGS, the combined variant against each of its parts), with
+the project's rule.
 
     python benchmarks/studies/test_time_methods_table.py benchmarks/results/test-time-methods/results.json \
         [--write benchmarks/RESULTS.md]
@@ -109,14 +110,16 @@ def _ttgs_last(r: dict, key: str) -> np.ndarray | None:
 def rows_table(records: list[dict]) -> list[str]:
     bases = {r["checkpoint"]: r for r in records if r["run"]["variant"] == "base"}
     out = ["| row | agent | data | variant | seeds x tasks x episodes | success (mean +- s.e. over seeds) | vs base: "
-           "Welch p | s / episode | TTGS: steps towards the final goal | path vertices | unreachable plans |",
+           "p over seeds (test) | s / episode | TTGS: steps towards the final goal | path vertices | "
+           "unreachable plans |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in records:
         run = r["run"]
         base = bases.get(r["checkpoint"])
         p = "-"
         if base is not None and base is not r:
-            p = _p(_diff(base, r).p)
+            d = _diff(base, r)
+            p = f"{_p(d.p)} ({d.test})"
         ttgs = ["-", "-", "-"]
         last = {k: _ttgs_last(r, k) for k in ("ttgs_goal_frac", "ttgs_hops", "ttgs_unreachable")}
         if last["ttgs_goal_frac"] is not None:
