@@ -85,10 +85,16 @@ def test_memoised_oracle_is_ogbench_s_at_every_step():
     env.reset(seed=3, options=dict(task_id=2))
     u = env.unwrapped
     rng = np.random.default_rng(0)
-    for _ in range(300):
+    free, _ = gen.maze_cells(np.array(u.maze_map))
+    for t in range(300):
+        if t == 150:  # navigate re-draws the goal when reached: the goal cell is part of the key
+            u.set_goal(goal_ij=free[len(free) // 2])
         want = u.get_oracle_subgoal(u.get_xy(), u.cur_goal_xy)[0]
         got = oracle_subgoal(env)
         assert got.dtype == want.dtype and np.array_equal(got, want)
         env.step(np.clip(oracle_direction(env) + rng.normal(0, 0.5, 2), -1, 1))
-    assert 1 < len(u._ttt_oracle_memo) < 100  # one search per cell visited (about 0.2 a step in 4-unit cells)
+    assert 1 < len(u._ttt_oracle_memo) < 100  # one search per (cell, goal cell) visited: far fewer than 300 steps
+    assert len({goal for _, goal in u._ttt_oracle_memo}) == 2
+    with pytest.raises(ValueError, match="read-only"):
+        oracle_subgoal(env)[0] = 0.0  # the memo's answer cannot be edited in place by a caller
     env.close()

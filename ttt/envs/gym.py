@@ -48,12 +48,13 @@ def oracle_subgoal(env) -> np.ndarray:
     OGBench's oracle runs a breadth-first search over the whole maze at every call, and its answer (the centre of
     the next cell towards the goal) depends only on the two cells: the maze is fixed and no random number is drawn.
     The agent stays in one cell for many steps, so the memo returns the very array values OGBench would and spares
-    about 60% of a pointmaze generation step (`benchmarks/speed/oracle_memo.py`)."""
+    44-65% of a pointmaze generation step (medium to giant; `benchmarks/speed/oracle_memo.py`)."""
     u = env.unwrapped
     key = (u.xy_to_ij(u.get_xy()), u.xy_to_ij(u.cur_goal_xy))
     memo = u.__dict__.setdefault("_ttt_oracle_memo", {})
     if key not in memo:
         memo[key] = np.array(u.get_oracle_subgoal(u.get_xy(), u.cur_goal_xy)[0])
+        memo[key].flags.writeable = False  # shared by every later call: read-only
     return memo[key]
 
 
