@@ -19,7 +19,7 @@ from ttt.pipeline.config import (
     load_pipeline,
     parse_sets,
 )
-from ttt.pipeline.report import rows
+from ttt.pipeline.report import rows, table_md
 from ttt.stats import welch
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,6 +181,11 @@ def test_rows_pair_a_row_with_its_base_by_checkpoint_digest():
     assert rs["t"]["test"] == "welch" and rs["t"]["p"] == pytest.approx(welch(tt, base)[1])
     one = {r["name"]: r for r in rows([rec("b", "base", base[:1], "s1"), rec("t", "ttt", tt[:1], "s1")])}
     assert math.isnan(one["t"]["p"])  # one seed: no test, and no error
+    # unpaired rows without spread: the exact permutation test's p (2 / C(6, 3)), as every table, not Welch's nan
+    flat = {r["name"]: r for r in rows([rec("b", "base", [0.2] * 3, None), rec("t", "ttt", [0.9] * 3, None)])}
+    assert (flat["t"]["test"], flat["t"]["p"]) == ("welch", pytest.approx(0.1)) and flat["t"]["t"] == math.inf
+    md = table_md(list(flat.values()))
+    assert "inf, 0.100 (ns)" in md and "n/a (one seed)" in table_md(list(one.values()))
 
 
 def test_bad_distributed_environment_is_one_line(monkeypatch, capsys):

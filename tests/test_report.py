@@ -146,8 +146,8 @@ def test_results_json_has_readable_rows_and_one_line_per_record(tmp_path):
 
     recs = [_record(10_000, v, m) for v, m in (("base", 0.3), ("ttt", 0.9))]
     recs[1]["rounds"] = dict(active=[[[[1], [1]]]], spearman=[[[[float("nan"), 0.5]]]])
-    for r in recs:  # no spread in either row: Welch's t and p are NaN in the ttt row
-        r["per_seed"] = [0.5, 0.5, 0.5]
+    for r in recs:  # one seed a row: no test, p is NaN in the ttt row
+        r["per_seed"] = [0.5]
     write_results(recs, tmp_path)
     text = (tmp_path / "results.json").read_text()
     lines = text.splitlines()

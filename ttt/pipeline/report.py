@@ -25,7 +25,7 @@ from ttt.graph import TTGSConfig
 from ttt.pipeline.config import load_pipeline
 from ttt.pipeline.keys import record_ttgs_path
 from ttt.presets import PROFILES
-from ttt.stats import paired, paired_test, welch
+from ttt.stats import paired, paired_test, unpaired
 from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json, writable_dir
 
 CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
@@ -45,13 +45,12 @@ def _base_of(rec: dict, records: list[dict]) -> dict | None:
 
 
 def _vs_base(rec: dict, base: dict) -> tuple[float, float, str]:
-    """t and p of the row against its base row over seeds (`ttt.stats`): the paired t-test where both records carry
-    the same checkpoint digest and ran the same episodes (`paired_test`), else Welch's test (nan without variance, or
-    for one seed: the report says "n/a" where `stats.unpaired` would put 0 or 1)."""
-    if paired_test(base, rec):
-        d = paired(base["per_seed"], rec["per_seed"])
-        return d.t, d.p, "paired"
-    return (*welch(rec["per_seed"], base["per_seed"]), "welch")
+    """t and p of the row against its base row over seeds (`ttt.stats`, as every table): the paired t-test where both
+    records carry the same checkpoint digest and ran the same episodes (`paired_test`), else `unpaired` (Welch's
+    test; rows without spread get the exact permutation test's p; one seed gets none: "n/a")."""
+    a, b = base["per_seed"], rec["per_seed"]
+    d = paired(a, b) if paired_test(base, rec) else unpaired(a, b)
+    return d.t, d.p, d.test
 
 
 def _actor_dims(run: dict, profile: str | None) -> list[int] | None:
@@ -312,7 +311,8 @@ def table_md(rs: list[dict]) -> str:
         if r["base"] is not None:
             t, p = r["t"], r["p"]
             paired_txt = " paired" if r["test"] == "paired" else ""
-            vs_txt = "n/a (no variance)" if t is None or math.isnan(t) else f"{t:.2f}, {p:.3f}{_stars(p)}{paired_txt}"
+            no_test = p is None or math.isnan(p)  # one seed in a row: nothing to test with
+            vs_txt = "n/a (one seed)" if no_test else f"{t:.2f}, {p:.3f}{_stars(p)}{paired_txt}"
         eps = f"{r['episodes_per_s']:.2f}" if r.get("episodes_per_s") else "-"
         lines.append(
             f"| {r['name']} | {r['dataset'].removesuffix('-v0')} | {r['agent']} | {r['variant']} | "
