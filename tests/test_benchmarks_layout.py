@@ -476,8 +476,8 @@ def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypat
     assert pb.choose()["recipe"] is None and "fewer than 2 training seeds" in pb.choose()["why"]
     (evals / f"large-stitch-ttgs-{'a' * 12}.json").unlink()
     assert pb.choose()["recipe"] is None and "not every candidate" in pb.choose()["why"]
-    assert pb.anchor_verdict(0.90, 0.02, 0.98, None) == "below"  # 0.08 > 2 x 0.02
-    assert pb.anchor_verdict(0.97, 0.02, 0.98, None) == "level"
+    assert pb.anchor_verdict(0.90, 0.02, 0.98, 0.0) == "below"  # 0.08 > 2 x 0.02
+    assert pb.anchor_verdict(0.97, 0.02, 0.98, 0.0) == "level"
     assert pb.anchor_verdict(1.00, 0.03, 0.92, 0.03) == "level"  # 0.08 < 2 x hypot 0.042; ours alone would be above
     assert pb.anchor_verdict(1.00, 0.03, 0.90, 0.03) == "above"  # 0.10 > 0.085; summed s.e. would be level
-    assert pb.anchor_verdict(0.50, math.nan, 0.98, None) == "-"
+    assert pb.anchor_verdict(0.50, math.nan, 0.98, 0.0) == "-"

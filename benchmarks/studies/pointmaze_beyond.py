@@ -111,12 +111,12 @@ def choose() -> dict:
     return {**out, "gap": gap, "tests": tests, "ties": ties, "leader": leader, "recipe": recipe}
 
 
-def anchor_verdict(ours: float, ours_se: float, anchor: float, anchor_se: float | None) -> str:
-    """Above / level / below the anchor by two combined s.e. (our s.e. alone where the anchor gives none, or 0);
-    '-' where our s.e. is undefined (one seed)."""
+def anchor_verdict(ours: float, ours_se: float, anchor: float, anchor_se: float) -> str:
+    """Above / level / below the anchor by two combined s.e. (``anchor_se`` 0 where the anchor reports none, so our
+    s.e. alone); '-' where our s.e. is undefined (one seed)."""
     if math.isnan(ours_se):
         return "-"
-    se = math.hypot(ours_se, anchor_se or 0.0)
+    se = math.hypot(ours_se, anchor_se)
     if ours - anchor > 2 * se:
         return "above"
     if anchor - ours > 2 * se:
