@@ -437,6 +437,22 @@ def test_round_diagnostics_average_the_rounds_that_ran_by_hand():
     assert both["ttgs_goal_frac"] == pytest.approx(0.3) and both["spearman"] == pytest.approx(s["spearman"])
 
 
+def test_value_calibration_bins_by_hand():
+    """analyses/value_calibration.py: pairs binned by the oracle's steps [lo, hi), all seeds pooled per bin, the share
+    within the threshold inclusive; empty bins left out; pair draws only from valid rows."""
+    vc = _script("analyses", "value_calibration")
+    oracle = np.array([10.0, 30.0, 30.0, 500.0])
+    steps = np.array([[5.0, 20.0, 48.0, 47.0], [7.0, 60.0, 40.0, 49.0]])  # 2 seeds x 4 pairs
+    bins = vc.calibration(steps, oracle, threshold=48.0)
+    assert [(b["oracle_lo"], b["oracle_hi"], b["pairs"]) for b in bins] == [(0, 25, 1), (25, 50, 2), (400, 800, 1)]
+    assert bins[0]["median"] == 6.0 and bins[0]["within_threshold"] == 1.0
+    assert bins[1]["median"] == 44.0 and bins[1]["within_threshold"] == 0.75  # 20, 48, 40 within; 60 not
+    assert bins[2]["p10"] == pytest.approx(47.2) and bins[2]["within_threshold"] == 0.5
+    valid = np.array([False, True, False, True])
+    i, j = vc.pair_rows(4, valid, 200)
+    assert set(i) | set(j) == {1, 3}
+
+
 def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypatch):
     """studies/pointmaze_beyond.py: the recipe is the best 4-dataset mean; a candidate within two s.e. of the leader's
     mean (per-seed differences paired by digest) ties with it and the cheaper per episode of tied ones is taken; no
