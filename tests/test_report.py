@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ttt.pipeline.report import curve_labels, paper_table_md, plot_curves, rows
+from ttt.pipeline.report import curve_labels, paper_table_md, plot_curves, rows, settings_text
 
 
 def _record(steps: int, variant: str, mean: float) -> dict:
@@ -174,3 +174,18 @@ def test_a_paper_figure_for_another_dataset_is_not_shown():
     assert a["paper"] == 0.05
     assert b["paper"] is None and "none for pointmaze-medium-stitch-v0" in b["paper_ref"]
     assert "[0.05]" not in paper_table_md([b])
+
+
+def test_settings_text_names_ttgs_settings_wherever_the_row_plans():
+    """The dry run and report.md name TTGS's settings for `ttgs` rows and for `ttt+ttgs` rows (they used to drop them
+    there, so two combined rows with different thresholds read alike)."""
+    ttt = dict(variant="ttt+ttgs", lr=3e-4, N=100, K=200, q=0.05, mix=0.0, ft_alpha=0.3)
+    ttgs = {"threshold": 24.0, "n_vertices": 1000}
+    assert (
+        settings_text({**ttt, "ttgs": ttgs})
+        == "lr 0.0003, N 100, K 200, ft alpha 0.3, TTGS n_vertices 1000, threshold 24.0"
+    )
+    assert settings_text({**ttt, "ttgs": {}}).endswith("ft alpha 0.3, TTGS defaults")
+    assert settings_text({**ttt, "variant": "ttt", "ttgs": ttgs}) == "lr 0.0003, N 100, K 200, ft alpha 0.3"
+    assert settings_text({"variant": "ttgs", "ttgs": ttgs}) == "TTGS n_vertices 1000, threshold 24.0"
+    assert settings_text({"variant": "base"}) == "-"

@@ -266,13 +266,18 @@ def _stars(p) -> str:
     return " (***)" if p < 0.01 else " (**)" if p < 0.05 else " (*)" if p < 0.1 else " (ns)"
 
 
+def _ttgs_text(row: dict) -> str:
+    given = row.get("ttgs") or {}
+    return "TTGS " + (", ".join(f"{k} {v}" for k, v in sorted(given.items())) or "defaults")
+
+
 def settings_text(row: dict) -> str:
-    """A TTT row's settings in words (lr, N, K and every setting that differs from its default); '-' for base."""
+    """A row's settings in words (lr, N, K and every setting that differs from its default; TTGS's where it plans);
+    '-' for base."""
     if row["variant"] == "base":
         return "-"
     if row["variant"] == "ttgs":
-        given = row.get("ttgs") or {}
-        return "TTGS " + (", ".join(f"{k} {v}" for k, v in sorted(given.items())) or "defaults")
+        return _ttgs_text(row)
     parts = [f"lr {row['lr']:g}", f"N {row['N']}", f"K {row['K']}"]
     if row["q"] != 0.05:
         parts.append(f"q {row['q']:g}")
@@ -297,6 +302,8 @@ def settings_text(row: dict) -> str:
         parts.append(f"fine-tunes {row['ft_train']}")
     if row.get("ft_alpha") is not None:
         parts.append(f"ft alpha {row['ft_alpha']:g}")
+    if row["variant"] == "ttt+ttgs":
+        parts.append(_ttgs_text(row))
     return ", ".join(parts)
 
 
