@@ -488,6 +488,13 @@ def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypat
     assert "Recipe: **GC-TTT + TTGS** (leader GC-TTT (alpha 0.3); within two s.e. of it: GC-TTT + TTGS;" in text
     assert "| pointmaze-medium-navigate | 0.984 +- 0.012 (QRL + TTGS" in text  # the TTGS paper's s.d. 3.4 / sqrt(8)
     assert "GC-TTT + TTGS: 0.85 +- 0.12" in text
+    # threshold under the value's horizon: beside the published-threshold row and base, paired by digest; its records'
+    # names extend the published row's, which must not pick them up (a 12-character key ends every name)
+    put("medium-stitch", "ttgs-thr24", [0.7, 0.7, 0.8, 0.6], 3.0)  # +0.2 on every seed: no spread, exact p 2/2^4
+    under = pb.under_horizon()
+    assert "| medium-stitch | TTGS | 0.50 +- 0.04 | 0.70 +- 0.04 | +0.20 (0.00, 0.125 paired) | +0.55 (0.06, " in under
+    assert "| large-nav | GC-TTT + TTGS | 0.85 +- 0.12 | not run yet | - | - | - |" in under
+    assert pb.choose()["rows"]["ttgs"]["medium-stitch"]["per_seed"].tolist() == pytest.approx([0.5, 0.5, 0.6, 0.4])
     put("medium-nav", "ttgs", [0.5], 1.5)  # one seed: no s.e., no recipe
     assert pb.choose()["recipe"] is None and "fewer than 2 training seeds" in pb.choose()["why"]
     (evals / f"large-stitch-ttgs-{'a' * 12}.json").unlink()
