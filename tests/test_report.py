@@ -189,3 +189,16 @@ def test_settings_text_names_ttgs_settings_wherever_the_row_plans():
     assert settings_text({**ttt, "variant": "ttt", "ttgs": ttgs}) == "lr 0.0003, N 100, K 200, ft alpha 0.3"
     assert settings_text({"variant": "ttgs", "ttgs": ttgs}) == "TTGS n_vertices 1000, threshold 24.0"
     assert settings_text({"variant": "base"}) == "-"
+
+
+def test_rows_carry_what_the_settings_label_names():
+    """A row built from a record keeps the fine-tuning settings and TTGS's (they were dropped, so an alpha-0.3 row
+    with threshold 24 read 'lr 0.0003, N 200, K 100')."""
+    run = dict(name="x", group="g", dataset="pointmaze-medium-stitch-v0", agent="gciql", variant="ttt+ttgs", lr=3e-4,
+               N=200, K=100, q=0.05, mix=0.0, ft_alpha=0.3, critic="oracle", reuse_adam=True, grid=[],
+               ttgs={"tau": 12.0, "threshold": 24.0}, tasks=[1], episodes=1, eval_seed=0)  # fmt: skip
+    rec = dict(run=run, seeds=1, n_episodes=1, mean=1.0, se=0.0, wall_s=1.0, checkpoint="c", per_seed=[1.0])
+    (row,) = rows([rec])
+    assert settings_text(row) == (
+        "lr 0.0003, N 200, K 100, oracle critic, reused Adam, ft alpha 0.3, TTGS tau 12.0, threshold 24.0"
+    )

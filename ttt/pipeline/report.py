@@ -31,6 +31,8 @@ from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json,
 CSV_FIELDS = ("name", "group", "dataset", "agent", "variant", "profile", "steps", "seeds", "n_episodes", "mean", "se",
               "paper", "paper_se", "t", "p", "test", "base", "K", "N", "lr", "q", "eps", "mix", "H", "noise_alpha",
               "selection", "relevance", "c_rel", "episodes", "wall_s", "episodes_per_s", "checkpoint")  # fmt: skip
+# Fine-tuning settings a row's label names beside CSV_FIELDS' (`settings_text`); kept in results.json's rows
+SETTING_FIELDS = ("critic", "batch", "reuse_adam", "ft_train", "ft_alpha")
 
 
 def _base_of(rec: dict, records: list[dict]) -> dict | None:
@@ -88,8 +90,9 @@ def rows(records: list[dict]) -> list[dict]:
         if r.get("paper_dataset") not in (None, r.get("dataset")):  # the paper's figure is for another dataset
             row.update(paper=None, paper_se=None, paper_ref=f"none for {r.get('dataset')} (the figure given is for "
                        f"{r['paper_dataset']})")  # fmt: skip
-        if r.get("variant") == "ttgs":
+        if r.get("variant") in ("ttgs", "ttt+ttgs"):
             row["ttgs"] = r.get("ttgs") or {}
+        row.update({k: r[k] for k in SETTING_FIELDS if r.get(k) is not None})  # what `settings_text` names
         row.update(
             profile=rec.get("profile"),
             seeds=rec["seeds"],
