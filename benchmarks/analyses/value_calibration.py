@@ -5,9 +5,10 @@
 
 TTGS turns values into steps (`ttt.graph.value_steps`: `log(1 + (1 - gamma) V) / log(gamma)`) and hands the policy
 the final goal once that estimate is within `threshold` steps (48 published). For each checkpoint (every training
-seed) this draws `--pairs` random (state, goal) pairs of dataset rows (generator seed 0, the same pairs for every
-checkpoint of a dataset), bins them by the oracle's steps between them (`MazeOracle.steps`: full-speed steps along
-the maze's shortest path at cell resolution) and reports per bin the median and 10th / 90th percentiles of the
+seed; the local dataset must be the one it trained on, by content hash) this draws `--pairs` random (state, goal)
+pairs of dataset rows (generator seed 0, the same pairs for every checkpoint of a dataset), bins them by the
+oracle's steps between them (`MazeOracle.steps`: full-speed steps along the maze's shortest path at cell resolution)
+and reports per bin the median and 10th / 90th percentiles of the
 value's steps over all seeds and pairs, and the share the value puts within `threshold`: where a pair far apart
 reads as near, TTGS acts towards the goal itself. Also the Spearman rank correlation of value steps with oracle
 steps per seed (does the value at least order the pairs). Nothing is trained; one value pass per seed.
@@ -24,14 +25,11 @@ import jax
 import numpy as np
 from scipy.stats import spearmanr
 
-from ttt.checkpoint import open_checkpoint
-from ttt.data.files import load
-from ttt.data.specs import get_spec
-from ttt.envs.oracle import maze_oracle
+from ttt.checkpoint import dataset_hash, open_checkpoint
 from ttt.graph import value_steps
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _maze import write_doc  # noqa: E402
+from _maze import maze_tasks, write_doc  # noqa: E402
 
 BINS = (0, 25, 50, 100, 200, 400, 800, np.inf)  # oracle steps; [lo, hi)
 
@@ -61,16 +59,16 @@ def calibration(value_steps_: np.ndarray, oracle_steps: np.ndarray, threshold: f
                 p10=float(np.percentile(v, 10)),
                 p90=float(np.percentile(v, 90)),
                 within_threshold=float(np.mean(v <= threshold)),
-            )  # fmt: skip
+            )
         )
     return out
 
 
 def analyse(ckpt_dir: str, pairs: int, threshold: float) -> dict:
     ck = open_checkpoint(ckpt_dir)
-    spec = get_spec(ck.dataset)
-    data = load(ck.dataset, None)
-    oracle = maze_oracle(spec.env_id)
+    _, data, oracle, _ = maze_tasks(ck.dataset)
+    digest = dataset_hash(data)
+    ck.check_compatible(ck.dataset, ck.meta["obs_dim"], ck.meta["action_dim"], ckpt_dir, data_hash=digest)
     i, j = pair_rows(data.n_rows, np.asarray(data.valid), pairs)
     obs, goals = data.observations[i], data.observations[j]
     o_steps = np.asarray(jax.vmap(lambda x, g: oracle.steps(x[None], g)[0])(data.goals[i], data.goals[j]))
@@ -80,7 +78,8 @@ def analyse(ckpt_dir: str, pairs: int, threshold: float) -> dict:
     v_steps = np.asarray(per_seed(agents))
     far = o_steps > threshold
     return dict(
-        checkpoint=f"{ck.dataset}/{ck.path.name}", checkpoint_sha256=ck.digest, step=int(ck.meta["step"]),
+        checkpoint=f"{ck.dataset}/{ck.path.name}", checkpoint_sha256=ck.digest, dataset_hash=digest,
+        step=int(ck.meta["step"]),
         profile=ck.meta.get("profile"), seeds=ck.seeds, gamma=gamma, threshold=threshold, pairs=pairs,
         spearman=[float(spearmanr(v, o_steps).statistic) for v in v_steps],
         far_read_near=float(np.mean(v_steps[:, far] <= threshold)) if far.any() else None,

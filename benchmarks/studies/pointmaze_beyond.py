@@ -114,6 +114,17 @@ def choose() -> dict:
     return {**out, "gap": gap, "tests": tests, "ties": ties, "leader": leader, "recipe": recipe}
 
 
+def _gap(a: Row, b: Row) -> str:
+    """B - A over seeds on one record pair (paired by digest where the records allow): '+d (s.e., p test)'; '-'
+    while either row has no record."""
+    x, y = load_pair(a, b)
+    return "-" if x is None or y is None else _fmt_diff(diff(x, y))
+
+
+def _fmt_diff(d: stats.Diff) -> str:
+    return f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
+
+
 def anchor_verdict(ours: float, ours_se: float, anchor: float, anchor_se: float) -> str:
     """Above / level / below the anchor by two combined s.e. (``anchor_se`` 0 where the anchor reports none, so our
     s.e. alone); '-' where our s.e. is undefined (one seed)."""
@@ -168,8 +179,7 @@ def tables() -> str:
             recipe = rows[c["recipe"]][short]
             if bases[short] is not None:
                 a, recipe = load_pair(_row(short, "base"), _row(short, c["recipe"]))  # verdict and gain: one record
-                d = diff(a, recipe)
-                gain = f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
+                gain = _fmt_diff(diff(a, recipe))
             m, s = _mean_se(recipe)
             ours, wall = f"{labels[c['recipe']]}: {m:.2f} +- {s:.2f}", f"{_wall(recipe):.1f}"
             verdict = anchor_verdict(m, s, anchor, anchor_se)
@@ -189,21 +199,14 @@ def under_horizon() -> str:
            "", "| dataset | method | published threshold | threshold 24 | minus published (s.e., p) "
            "| minus base (s.e., p) | s / episode |", "|---|" + "---|" * 6]  # fmt: skip
 
-    def gap(a: Row, b: Row) -> str:
-        x, y = load_pair(a, b)
-        if x is None or y is None:
-            return "-"
-        d = diff(x, y)
-        return f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
-
     for short in CHOOSE:
         for cand, label in UNDER_HORIZON:
             row = _row(short, f"{cand}-thr24")
             new = load(row)
             wall = f"{_wall(new):.1f}" if new is not None else "-"
             published = _fmt(load(_row(short, cand)))
-            out.append(f"| {short} | {label} | {published} | {_fmt(new)} | {gap(_row(short, cand), row)} | "
-                       f"{gap(_row(short, 'base'), row)} | {wall} |")  # fmt: skip
+            out.append(f"| {short} | {label} | {published} | {_fmt(new)} | {_gap(_row(short, cand), row)} | "
+                       f"{_gap(_row(short, 'base'), row)} | {wall} |")  # fmt: skip
     return "\n".join(out)
 
 
