@@ -233,6 +233,35 @@ def test_two_only_runs_into_one_out_at_once_keep_both_rows(tmp_path, capsys, mon
     assert main([*argv, "--only", "b"]) == 0 and plan_runs() == ["a", "b"]
 
 
+def test_one_row_run_twice_at_once_is_evaluated_once(tmp_path, capsys, monkeypatch):
+    """`--only a` twice into one --out at once: the second waits on the evaluation's lock, then takes the first's
+    record instead of computing the row again."""
+    import ttt.pipeline.stages as stages
+
+    (tmp_path / "two.toml").write_text(PIPE)
+    argv = ["run", str(tmp_path / "two.toml"), "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
+            "--only", "a"]  # fmt: skip
+    real, calls, started = stages.evaluate, [], threading.Event()
+
+    def slow(*args, **kw):
+        calls.append(kw["tasks"])
+        started.set()
+        time.sleep(2.0)  # the second invocation reaches the lock meanwhile
+        return real(*args, **kw)
+
+    monkeypatch.setattr(stages, "evaluate", slow)
+    rcs = []
+    first = threading.Thread(target=lambda: rcs.append(main(argv)))
+    first.start()
+    assert started.wait(timeout=300)
+    rcs.append(main(argv))
+    first.join(timeout=300)
+    assert rcs == [0, 0] and calls == [(1,)]  # one evaluation of its one task, not two
+    err = capsys.readouterr().err
+    assert "waiting: another ttt process" in err and "the evaluation of a" in err
+    assert len(list((tmp_path / "out" / "evals").glob("a-*.json"))) == 1
+
+
 # ---------------------------------------------------------------------------------- 5. Ctrl-C says what is saved
 
 

@@ -26,7 +26,7 @@ from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, checkpoint_ref, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan
 from ttt.pretrain import pretrain
-from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, read_json
+from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, locked, read_json
 
 Echo = Callable[[str], None]
 BarFactory = Callable[[str, str], Any]  # (description, unit) -> context manager, callable(done, total)
@@ -242,10 +242,18 @@ def evaluate_run(
 
     A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
     cache directory of records that every pipeline writes to), is reused instead of evaluated again; the row's name
-    is then appended to `cached`."""
+    is then appended to `cached`. Two processes on one evaluation (`ttt run --only` twice into one --out) do not
+    both compute it: the second waits for the first, then finds its record."""
+    key = eval_key(plan, checkpoint.path, dict(checkpoint.meta))
+    with locked(out / "evals" / f".{key}.lock", f"the evaluation of {plan.name}"):
+        return _evaluate_run(plan, checkpoint, data, out, bar, echo, envs, key, shared, cached)
+
+
+def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: BarFactory, echo: Echo,
+                  envs: EnvCache, key: str, shared: Path | None, cached: list[str] | None) -> dict:  # fmt: skip
+    """`evaluate_run`'s work, under its lock."""
     run, ev = dict(plan.run), plan.eval
     ckpt, meta = checkpoint.path, dict(checkpoint.meta)
-    key = eval_key(plan, ckpt, meta)
     record_path = out / "evals" / f"{file_name(plan.name, 'run name')}-{key}.json"
     if record_path.exists():
         record = read_json(record_path)
