@@ -495,6 +495,26 @@ def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypat
     assert "| medium-stitch | TTGS | 0.50 +- 0.04 | 0.70 +- 0.04 | +0.20 (0.00, 0.125 paired) | +0.55 (0.06, " in under
     assert "| large-nav | GC-TTT + TTGS | 0.85 +- 0.12 | not run yet | - | - | - |" in under
     assert pb.choose()["rows"]["ttgs"]["medium-stitch"]["per_seed"].tolist() == pytest.approx([0.5, 0.5, 0.6, 0.4])
+    # more seeds where the verdict was level: the recipe and base on other checkpoints, pooled; a pair that does not
+    # pair by digest is left out rather than pooled unpaired
+    assert "| large-nav | GC-TTT + TTGS | - | not run yet |" in pb.more_seeds()
+
+    def put_more(suffix, rates, sha):
+        s = (np.arange(10)[None, None, :] < np.round(np.array(rates) * 10)[:, None, None]).astype(float)
+        rec = {"success": s.tolist(), "checkpoint": "more", "checkpoint_sha256": sha, "wall_s": 1.0,
+               "run": {"name": f"large-nav-{suffix}", "variant": suffix.split("-")[0]}}  # fmt: skip
+        (evals / f"large-nav-{suffix}-{'b' * 12}.json").write_text(json.dumps(rec))
+
+    put_more("base-more", [0.0, 0.1, 0.0, 0.1], "sha-more")
+    put_more("ttt+ttgs-alpha0.3-more", [0.8, 0.9, 0.8, 0.9], "sha-other")
+    assert pb.pooled("large-nav", "ttt+ttgs-alpha0.3") is None
+    put_more("ttt+ttgs-alpha0.3-more", [0.8, 0.9, 0.8, 0.9], "sha-more")
+    x = pb.pooled("large-nav", "ttt+ttgs-alpha0.3")
+    assert x["seeds"] == 8 and x["mean"] == pytest.approx(0.85) and x["first"][0] == pytest.approx(0.85)
+    assert x["gain"].diff == pytest.approx(0.75) and x["gain"].test == "paired"  # .9 .3 .9 .7 | .8 .8 .8 .8
+    assert x["verdict"] == "level"  # 0.85 against 0.920 +- 0.034: 0.07 < 2 x hypot(0.06, 0.034)
+    row = "| large-nav | GC-TTT + TTGS | 0.85 +- 0.12 | 0.85 +- 0.03 | **0.85 +- 0.06** (8 seeds) | 4x1x10 + 4x1x10 |"
+    assert row + " +0.75 (0.07, " in pb.more_seeds()
     put("medium-nav", "ttgs", [0.5], 1.5)  # one seed: no s.e., no recipe
     assert pb.choose()["recipe"] is None and "fewer than 2 training seeds" in pb.choose()["why"]
     (evals / f"large-stitch-ttgs-{'a' * 12}.json").unlink()
