@@ -524,3 +524,30 @@ def test_pointmaze_beyond_choice_and_anchor_verdicts_by_hand(tmp_path, monkeypat
     assert pb.anchor_verdict(1.00, 0.03, 0.92, 0.03) == "level"  # 0.08 < 2 x hypot 0.042; ours alone would be above
     assert pb.anchor_verdict(1.00, 0.03, 0.90, 0.03) == "above"  # 0.10 > 0.085; summed s.e. would be level
     assert pb.anchor_verdict(0.50, math.nan, 0.98, 0.0) == "-"
+
+
+def test_failure_modes_motion_by_hand():
+    """analyses/failure_modes.py `motion`: the mean distance a step and the share of slow steps, over the steps an
+    episode ran (the padding after an early success left out)."""
+    fm = _script("analyses", "failure_modes")
+    x = np.array([0.0, 0.0, 0.01, 0.31, 0.61, 0.61])  # steps 0, .01, .3, .3, 0
+    xy = np.stack([x, np.zeros_like(x)], -1)[None]  # one episode of 6 positions (5 steps)
+    m = fm.motion(xy, np.array([6]), slow=0.02)
+    assert m["speed"][0] == pytest.approx(0.61 / 5) and m["slow"][0] == pytest.approx(3 / 5)
+    m = fm.motion(xy, np.array([4]), slow=0.02)  # it ended after 4 positions: 3 steps, 0, .01, .3
+    assert m["speed"][0] == pytest.approx(0.31 / 3) and m["slow"][0] == pytest.approx(2 / 3)
+
+
+def test_near_goal_actions_pairs_and_stats_by_hand():
+    """analyses/near_goal_actions.py: a row pairs with the row k later only inside its episode and only if it is valid;
+    the action statistics per seed (norm, share under 0.1, cosine with the data's way; a zero vector counts 0)."""
+    ng = _script("analyses", "near_goal_actions")
+    valid = np.array([True, True, True, False, True, True, False])  # episodes rows 0-3 and 4-6 (3, 6 final rows)
+    ep_end = np.array([3, 3, 3, 3, 6, 6, 6])
+    i, j = ng.offset_pairs(valid, ep_end, 2, np.array([0, 1, 2, 3, 4, 5, 1]))
+    assert i.tolist() == [0, 1, 4, 1] and j.tolist() == [2, 3, 6, 3]  # 2 -> 4 crosses episodes, 3 is not valid
+    actions = np.array([[[1.0, 0.0], [0.0, 0.05], [0.0, 0.0]]])  # one seed, three pairs
+    moved = np.array([[2.0, 0.0], [0.0, -1.0], [1.0, 1.0]])
+    s = ng.action_stats(actions, moved)
+    assert s["norm"][0] == pytest.approx(1.05 / 3) and s["still"][0] == pytest.approx(2 / 3)
+    assert s["cosine"][0] == pytest.approx((1.0 - 1.0 + 0.0) / 3)

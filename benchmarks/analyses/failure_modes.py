@@ -12,7 +12,9 @@ point maze of the same layout, which has the same cells, unit and offset):
 - the other failures: `stalled` (the last `--window` steps stayed within `--radius` of where the episode ended:
   stuck) more than one maze cell from the goal (`stalled_far`) or within one (`stalled_near`), or `moving` (still
   going when the step limit came);
-- per row: these as fractions of all episodes, and the mean path distance the failures ended at and came within.
+- per row: these as fractions of all episodes, and the mean path distance the failures ended at and came within;
+- with `--by-task`, per row and task: success, the mean speed (distance a step while the episode ran), the share of
+  slow steps (under `--slow`), and the mean path distance at the start and after `--first` steps.
 
     python benchmarks/analyses/failure_modes.py --results benchmarks/results/table1 \
         --rows gcbc-base-navigate,gcbc-ttt-navigate [--out FILE.json]
@@ -85,8 +87,9 @@ def rerun_final_obs(record: dict) -> np.ndarray:
     return np.concatenate([r.observations[..., -1, :] for r in res], axis=1)
 
 
-def episode_measures(oracle, xy: np.ndarray, goal_xy: np.ndarray, window: int, radius: float) -> dict:
-    """Per-episode path distances (start, final, closest) and whether the end was a stall, for (..., T, 2) paths."""
+def episode_measures(oracle, xy: np.ndarray, goal_xy: np.ndarray, window: int, radius: float, first: int = 200) -> dict:
+    """Per-episode path distances (start, after `first` steps, final, closest) and whether the end was a stall, for
+    (..., T, 2) paths."""
     import jax.numpy as jnp
 
     flat, goals = xy.reshape(-1, *xy.shape[-2:]), goal_xy.reshape(-1, 2)
@@ -98,10 +101,21 @@ def episode_measures(oracle, xy: np.ndarray, goal_xy: np.ndarray, window: int, r
     shape = xy.shape[:-2]
     return dict(
         start=dist[:, 0].reshape(shape),
+        early=dist[:, min(first, dist.shape[1] - 1)].reshape(shape),
         final=dist[:, -1].reshape(shape),
         closest=np.nanmin(dist, axis=-1).reshape(shape),
         stalled=(spread < radius).reshape(shape),
     )
+
+
+def motion(xy: np.ndarray, steps: np.ndarray, slow: float) -> dict:
+    """How each episode moved while it ran, for (..., T, 2) paths and (...) episode lengths: `speed`, the mean
+    distance a step; `slow`, the share of its steps that moved less than `slow` (the steps after an early success
+    are left out)."""
+    step = np.linalg.norm(np.diff(xy, axis=-2), axis=-1)  # (..., T - 1)
+    ran = np.arange(step.shape[-1]) < (np.asarray(steps)[..., None] - 1)
+    n = np.maximum(ran.sum(-1), 1)
+    return dict(speed=(step * ran).sum(-1) / n, slow=((step < slow) & ran).sum(-1) / n)
 
 
 def summarise(success: np.ndarray, m: dict, cell: float) -> dict:
@@ -133,11 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=200, help="steps at the end a stall is judged over")
     ap.add_argument("--radius", type=float, default=1.0, help="a stall stays within this distance of its end")
     ap.add_argument("--rerun", default="", help="comma-separated base rows whose parts predate final_obs: rerun them")
+    ap.add_argument("--by-task", action="store_true", help="also a table per task: success, speed, slow steps, "
+                    "and the path distance gained in the first --first steps")  # fmt: skip
+    ap.add_argument("--slow", type=float, default=0.02, help="a step that moves less than this is slow (--by-task)")
+    ap.add_argument("--first", type=int, default=200, help="steps the early progress is measured over (--by-task)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     names = [r for r in a.rows.split(",") if r]
-    if a.window < 1 or a.radius <= 0 or not names:
-        print("failure_modes: --window must be >= 1, --radius > 0, --rows at least one name", file=sys.stderr)
+    if a.window < 1 or a.radius <= 0 or a.slow <= 0 or a.first < 1 or not names:
+        print("failure_modes: --window and --first must be >= 1, --radius and --slow > 0, --rows at least one name",
+              file=sys.stderr)  # fmt: skip
         return 2
     try:
         rows = {n: load_row(a.results, n) for n in names}
@@ -154,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     grid = tuple(min(r[1]["success"].shape[i] for r in rows.values()) for i in range(3))
     cut = lambda x: x[: grid[0], : grid[1], : grid[2]]  # noqa: E731
     measured = {}
-    for n, (_, arr) in rows.items():
-        m = episode_measures(oracle, cut(arr["xy"]), cut(arr["goal_xy"]), a.window, a.radius)
+    for n, (rec, arr) in rows.items():
+        m = episode_measures(oracle, cut(arr["xy"]), cut(arr["goal_xy"]), a.window, a.radius, a.first)
+        m.update(motion(cut(arr["xy"]), cut(np.asarray(rec["steps"])), a.slow))
         if "final_obs" in arr and rows[n][0]["run"]["dataset"].startswith("antmaze-"):
             m["flipped"] = upside_down(cut(arr["final_obs"]))  # the ant's observation starts with its qpos
         measured[n] = (cut(arr["success"]), m)
@@ -190,6 +210,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['stalled_near']:.2f} | {row['moving']:.2f} | {row.get('fail_final', float('nan')):.1f} | "
             f"{row.get('fail_closest', float('nan')):.1f} | {closer} |"
         )
+    if a.by_task:
+        print(f"\n| row | task | success | speed (a step) | slow steps (< {a.slow}) | path distance: start -> after "
+              f"{a.first} steps |", "|---|---|---|---|---|---|", sep="\n")  # fmt: skip
+        for n in names:
+            s, m = measured[n]
+            doc["rows"][n]["by_task"] = []
+            for t in range(s.shape[1]):
+                row = dict(task=t + 1, success=float(s[:, t].mean()), speed=float(m["speed"][:, t].mean()),
+                           slow=float(m["slow"][:, t].mean()), start=float(np.nanmean(m["start"][:, t])),
+                           early=float(np.nanmean(m["early"][:, t])))  # fmt: skip
+                doc["rows"][n]["by_task"].append(row)
+                print(f"| {n} | {t + 1} | {row['success']:.2f} | {row['speed']:.3f} | {row['slow']:.2f} | "
+                      f"{row['start']:.1f} -> {row['early']:.1f} |")  # fmt: skip
     if a.out is not None:
         write_doc(a.out, doc)
     return 0
