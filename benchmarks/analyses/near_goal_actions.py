@@ -10,8 +10,9 @@ checkpoint (every training seed; the local dataset must be the one it trained on
 `--pairs` dataset rows (generator seed 0) and, for each offset k, pairs each row with the row k steps later in its
 own episode (rows without one are left out), and reports per offset, averaged over seeds: the norm of the policy's
 deterministic action towards that goal (actions lie in [-1, 1] per axis), the share of those actions under 0.1, the
-cosine between the action and the direction the data moved over those k steps, and the norm of the data's own
-action at the row (what a moving agent does). Nothing is trained; one policy pass per seed and offset.
+cosine between the action and the direction the data moved over those k steps, and the norm and cosine of the
+data's own action at the row (what a moving agent does; its cosine near 1 at k = 1 checks the pairing). Nothing is
+trained; one policy pass per seed and offset.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ def analyse(ckpt_dir: str, pairs: int, offsets: list[int]) -> dict:
     for k in offsets:
         i, j = offset_pairs(valid, ep_end, k, rows)
         a = np.clip(np.asarray(act(agents, obs[i], obs[j])), -1.0, 1.0)  # (seeds, pairs, act)
-        s = action_stats(a, obs[j, :2] - obs[i, :2] if obs.shape[1] >= 2 else obs[j] - obs[i])
-        s = {key: float(v.mean()) for key, v in s.items()}
-        out.append(dict(offset=k, pairs=int(len(i)), data_norm=float(np.linalg.norm(acts[i], axis=-1).mean()), **s))
+        moved = obs[j, :2] - obs[i, :2]  # a point maze's observation is its xy
+        s = {key: float(v.mean()) for key, v in action_stats(a, moved).items()}
+        data = action_stats(acts[i][None], moved)  # the data's own action: the probe's check (cosine near 1 at k 1)
+        out.append(dict(offset=k, pairs=int(len(i)), data_norm=float(data["norm"][0]),
+                        data_cosine=float(data["cosine"][0]), **s))  # fmt: skip
     return dict(
         checkpoint=f"{ck.dataset}/{ck.path.name}", checkpoint_sha256=ck.digest, dataset_hash=digest,
         step=int(ck.meta["step"]), profile=ck.meta.get("profile"), seeds=ck.seeds, offsets=out,
@@ -77,14 +80,14 @@ def analyse(ckpt_dir: str, pairs: int, offsets: list[int]) -> dict:
 def markdown(docs: list[dict]) -> str:
     lines = [
         f"| checkpoint | goal k steps ahead | pairs | policy action norm | share under {STILL} | cosine with the "
-        "data's way | data's action norm |",
+        "data's way | data's action: norm, cosine |",
         "|---|---|---|---|---|---|---|",
     ]
     for d in docs:
         for o in d["offsets"]:
             lines.append(
                 f"| {d['checkpoint']} ({d['step']} updates) | {o['offset']} | {o['pairs']} | {o['norm']:.2f} | "
-                f"{o['still']:.2f} | {o['cosine']:.2f} | {o['data_norm']:.2f} |"
+                f"{o['still']:.2f} | {o['cosine']:.2f} | {o['data_norm']:.2f}, {o['data_cosine']:.2f} |"
             )
     return "\n".join(lines)
 
