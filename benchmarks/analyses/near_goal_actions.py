@@ -4,8 +4,8 @@
         [--offsets 1,3,6,12,24,48,96,192] [--out benchmarks/results/pointmaze-beyond/near_goal_actions.json]
 
 TTGS conditions the frozen policy on the furthest point of its plan within `threshold` steps (12 on giant stitch, 24
-on giant navigate, 48 / 96 on large), so the policy meets goals far nearer than the ones it was trained towards
-(GC-IQL's actor goals: future states a geometric number of steps ahead, mean about 1 / (1 - discount)). For each
+on giant navigate, 48 / 96 on large), so the policy meets goals far nearer than most it was trained towards
+(GC-IQL's actor goals: a later state of the same episode, drawn uniformly, `ttt.data.sampler`). For each
 checkpoint (every training seed; the local dataset must be the one it trained on, by content hash) this draws
 `--pairs` dataset rows (generator seed 0) and, for each offset k, pairs each row with the row k steps later in its
 own episode (rows without one are left out), and reports per offset, averaged over seeds: the norm of the policy's
