@@ -551,3 +551,5 @@ def test_near_goal_actions_pairs_and_stats_by_hand():
     s = ng.action_stats(actions, moved)
     assert s["norm"][0] == pytest.approx(1.05 / 3) and s["still"][0] == pytest.approx(2 / 3)
     assert s["cosine"][0] == pytest.approx((1.0 - 1.0 + 0.0) / 3)
+    assert ng.main(["/no/such/checkpoint"]) == 2  # a one-line error, not a traceback
+    assert ng.main(["/no/such/checkpoint", "--offsets", "0"]) == 2

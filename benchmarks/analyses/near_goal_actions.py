@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from ttt.checkpoint import dataset_hash, open_checkpoint
+from ttt.errors import TttError
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _maze import maze_tasks, write_doc  # noqa: E402
@@ -106,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.pairs < 1 or not offsets or min(offsets) < 1:
         print("near_goal_actions: --pairs must be >= 1 and --offsets positive integers (e.g. 1,12,48)", file=sys.stderr)
         return 2
-    docs = [analyse(c, a.pairs, offsets) for c in a.checkpoints]
+    try:
+        docs = [analyse(c, a.pairs, offsets) for c in a.checkpoints]
+    except (TttError, ValueError, OSError) as e:
+        print(f"near_goal_actions: {e}", file=sys.stderr)
+        return 2
     write_doc(a.out, dict(script="benchmarks/analyses/near_goal_actions.py", still=STILL, rows=docs))
     print(markdown(docs))
     return 0
