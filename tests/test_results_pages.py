@@ -1,0 +1,113 @@
+"""The results pages are generated: `python benchmarks/report.py --check` passes on the committed records, a reference
+names exactly one record by key, and the engine's rules (pairwise verdicts, the anchors' words, the recipe) by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+from reporting import beyond, methods, records  # noqa: E402
+
+
+def test_report_check_passes_on_the_committed_records():
+    """Every committed page equals what the declarations and records give (a number, a verdict word or an anchor's
+    s.e. cannot drift from its record)."""
+    p = subprocess.run([sys.executable, str(BENCH / "report.py"), "--check"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+    assert p.stdout == ""
+
+
+def test_pages_fit_a_reader():
+    front = (BENCH / "README.md").read_text().splitlines()
+    assert len(front) <= 150 and max(map(len, front)) <= 300
+    for page in (BENCH / "studies").glob("*.md"):
+        text = page.read_text()
+        assert len(text.splitlines()) <= 400, page.name
+        assert not re.search(r"this CPU|[Ss]ession \d|\b20\d\d-\d\d-\d\d\b|^#.*[Ii]ssue \d", text, flags=re.M), page.name
+
+
+def test_a_reference_names_exactly_one_record(tmp_path, monkeypatch):
+    ev = tmp_path / "out" / "evals"
+    ev.mkdir(parents=True)
+    rec = {"run": {"name": "a-base", "variant": "base"}, "eval_key": "0123456789ab", "success": [[[1, 0]], [[0, 0]]]}
+    (ev / "a-base-0123456789ab.json").write_text(json.dumps(rec))
+    (ev / "a-base-ffffffffffff.json").write_text(json.dumps({**rec, "eval_key": "ffffffffffff"}))
+    monkeypatch.setattr(records, "RES", tmp_path)
+    monkeypatch.setattr(records, "ROOT", tmp_path)
+    for f in (records._folder, records.raw):
+        f.cache_clear()
+    try:
+        _, d, _ = records.raw("out:a-base@0123456789ab")
+        assert d["eval_key"] == "0123456789ab"
+        with pytest.raises(records.RecordError, match="no record"):
+            records.raw("out:a-base@000000000000")
+        (ev / "copy.json").write_text(json.dumps(rec))  # the same content twice: ambiguous, refused
+        records._folder.cache_clear()
+        records.raw.cache_clear()
+        with pytest.raises(records.RecordError, match="2 records"):
+            records.raw("out:a-base@0123456789ab")
+        with pytest.raises(records.RecordError, match="not a record reference"):
+            records.raw("out/evals/*.json")
+    finally:
+        for f in (records._folder, records.raw):
+            f.cache_clear()
+
+
+def _record(name: str, variant: str, success: list, **extra) -> dict:
+    s = np.asarray(success, float)
+    per_seed = s.reshape(s.shape[0], -1).mean(1)
+    return dict(run=dict(name=name, variant=variant, agent="gcbc", dataset="toy-v0"), checkpoint_step=10000,
+                success=s.tolist(), per_seed=per_seed.tolist(), mean=float(per_seed.mean()),
+                se=float(per_seed.std(ddof=1) / np.sqrt(len(per_seed))), wall_s=1.0, rounds={}, **extra)  # fmt: skip
+
+
+def test_pairwise_verdicts_by_hand():
+    base = _record("b", "base", [[[0, 0]], [[0, 1]], [[0, 0]]])  # per seed 0, 0.5, 0
+    ttgs = _record("g", "ttgs", [[[0, 1]], [[0, 1]], [[0, 0]]])  # 0.5, 0.5, 0
+    ttt = _record("t", "ttt", [[[1, 1]], [[1, 1]], [[1, 1]]])  # 1, 1, 1
+    c = methods.compare(base, ttgs)  # no digests: Welch over seeds
+    assert math.isclose(c["diff"], 1 / 6) and c["verdict"] == "no difference (unpaired)"
+    c = methods.compare(ttgs, ttt)  # t = 4 on 2 d.f.: p = 1 - 4 / sqrt(18) = 0.057
+    assert math.isclose(c["p"], 1 - 4 / math.sqrt(18)) and c["verdict"] == "ttt better, weak evidence (unpaired)"
+    dig = {"checkpoint_sha256": "s"}
+    c = methods.compare({**base, **dig}, {**ttgs, **dig})  # paired d = [0.5, 0, 0]: p = 1 - 1 / sqrt 3
+    assert c["test"] == "paired" and math.isclose(c["p"], 1 - 1 / math.sqrt(3)) and c["verdict"] == "no difference"
+    first = [_record("b", "base", [[[0, 0]], [[0, 1]]], checkpoint_sha256="x")]
+    second = [_record("b", "base", [[[0, 0, 0, 0]]], checkpoint_sha256="y")]
+    (pooled,) = methods.pool([first, second])
+    assert pooled["per_seed"] == [0.0, 0.5, 0.0] and methods._shape(pooled) == "2x1x2+1x1x4"
+    with pytest.raises(ValueError, match="count its seeds twice"):
+        methods.pool([first, first])
+
+
+def test_anchor_words_and_the_recipe_rule_by_hand():
+    assert beyond.anchor_verdict(0.90, 0.02, 0.98, 0.0) == "below"  # 0.08 > 2 x 0.02
+    assert beyond.anchor_verdict(0.97, 0.02, 0.98, 0.0) == "level"
+    assert beyond.anchor_verdict(1.00, 0.03, 0.92, 0.03) == "level"  # 0.08 < 2 x hypot 0.042
+    assert beyond.anchor_verdict(1.00, 0.03, 0.90, 0.03) == "above"
+    assert beyond.anchor_verdict(0.50, math.nan, 0.98, 0.0) == "-"
+    decl = {"choose": ["d1"], "candidates": [["cheap", "C"], ["dear", "D"]], "datasets": [], "rows": {}}
+
+    def rec(rates, sha="s", wall=1.0):
+        s = np.asarray(rates, float)[:, None, None]
+        return {"per_seed": s.ravel(), "n": s.size, "raw": {"wall_s": wall * s.size},
+                "rec": {"success": s, "checkpoint_sha256": sha}}
+
+    rows = {"d1-cheap": rec([0.8, 0.9, 0.8], wall=1.0), "d1-dear": rec([0.9, 0.9, 0.9], wall=5.0)}
+    study = beyond.Study(decl)
+    study.row = lambda short, suffix: rows.get(f"{short}-{suffix}")  # type: ignore[method-assign]
+    c = beyond.choose(study)  # the dearer leads by 0.067, s.e. 0.033 (paired): within two s.e., the cheaper is taken
+    assert c["leader"] == "dear" and set(c["ties"]) == {"cheap", "dear"}
+    assert c["recipe"] == "cheap"
