@@ -121,10 +121,26 @@ def test_huge_sizes_from_python_load_run(tiny):
 
 
 def test_a_rows_agent_dataset_profile_steps_and_seeds_come_from_its_checkpoint(tiny, tmp_path):
-    (tmp_path / "p.toml").write_text(f'name = "p"\n[defaults]\nagent = "gciql"\nsteps = 50000\nseeds = 5\n[[run]]\n'
+    (tmp_path / "p.toml").write_text(f'name = "p"\n[defaults]\nagent = "gcbc"\nsteps = 4\n[[run]]\n'
                                      f'name = "r"\ncheckpoint = "{tiny / "ck"}"\n')  # fmt: skip
     r = load_pipeline(tmp_path / "p.toml").runs[0]
     assert (r["agent"], r["dataset"], r["steps"], r["seeds"], r["profile"]) == ("gcbc", NAV, 4, 2, "cpu")
+    assert r["name"] == "r"
+
+
+@pytest.mark.parametrize("key, value", [("agent", '"gciql"'), ("steps", "50000"), ("seeds", "5"),
+                                        ("dataset", '"pointmaze-large-navigate-v0"')])  # fmt: skip
+def test_defaults_that_contradict_a_checkpoint_are_refused_not_replaced(tiny, tmp_path, capsys, key, value):
+    """Issue 75: a value the user wrote in [defaults] is a setting too; the checkpoint's never silently replaces it
+    (the dry run and the real run read the pipeline the same way)."""
+    (tmp_path / "p.toml").write_text(f'name = "p"\n[defaults]\n{key} = {value}\n[[run]]\nname = "r"\n'
+                                     f'checkpoint = "{tiny / "ck"}"\n')  # fmt: skip
+    for argv in (["run", str(tmp_path / "p.toml"), "--dry-run"], ["run", str(tmp_path / "p.toml"), "--out",
+                                                                   str(tmp_path / "out")]):  # fmt: skip
+        rc, _, err = run(argv, capsys)
+        line = one_line_error(err)
+        assert rc == 2 and f"{key} = {value}, but checkpoint" in line, line
+        assert not (tmp_path / "out" / "results.json").exists()
 
 
 @pytest.mark.parametrize("key, value", [("agent", '"gciql"'), ("steps", "10"), ("seeds", "3"),

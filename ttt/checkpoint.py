@@ -32,7 +32,12 @@ from ttt.data.dataset import Dataset
 from ttt.data.sampler import GoalMix, SamplerConfig
 from ttt.errors import TttError
 from ttt.presets import check_config_value
+from ttt.safe_files import MAX_JSON_BYTES, loads_json, open_regular, read_text, show
 from ttt.storage import atomic_write_bytes, atomic_write_json, file_sha256
+
+MAX_STATE_BYTES = 64 << 30
+"""Cap of a checkpoint's state file before it is hashed or read (its leaves are then checked against the shapes the
+metadata implies, one by one)."""
 
 CKPT_FORMAT = 1
 
@@ -133,10 +138,8 @@ def read_meta(out: str | os.PathLike) -> dict:
     path = Path(out) / "meta.json"
     if not path.exists():
         raise TttError(f"{Path(out)}: no checkpoint here (no meta.json); pre-train one with `ttt pretrain`")
-    try:
-        meta = json.loads(path.read_text())
-    except ValueError as e:
-        raise TttError(f"{path}: unreadable checkpoint metadata: {e}") from None
+    text = read_text(path, MAX_JSON_BYTES, "checkpoint metadata")
+    meta = loads_json(text, f"{path}: unreadable checkpoint metadata")
     if not isinstance(meta, dict):
         raise TttError(f"{path}: checkpoint metadata must be a JSON object, got {type(meta).__name__}")
     for k in ("agent", "backbone", "config", "dataset", "dataset_hash", "obs_dim", "action_dim", "seeds", "state_file"):
@@ -156,8 +159,8 @@ def _check_meta_types(meta: dict, path: Path) -> None:
     for k, kind in _META_TYPES.items():
         v = meta.get(k)
         if k in meta and (not isinstance(v, kind) or isinstance(v, bool)):
-            raise TttError(f"{path}: checkpoint metadata '{k}' must be {kind.__name__}, got {json.dumps(v)}; the "
-                           "file was altered: pre-train the checkpoint again")  # fmt: skip
+            raise TttError(f"{path}: checkpoint metadata '{k}' must be {kind.__name__}, got "
+                           f"{show(json.dumps(v), 60)}; the file was altered: pre-train it again")  # fmt: skip
     for k in ("obs_dim", "action_dim", "seeds"):
         if meta[k] < 1:
             raise TttError(f"{path}: checkpoint metadata '{k}' must be >= 1, got {meta[k]}")
@@ -166,7 +169,7 @@ def _check_meta_types(meta: dict, path: Path) -> None:
     name = meta["state_file"]
     if Path(name).name != name or name in ("", ".", ".."):
         raise TttError(f"{path}: checkpoint metadata 'state_file' must be a file name in the checkpoint folder (a "
-                       f"state-<step>.eqx), got {name!r}")  # fmt: skip
+                       f"state-<step>.eqx), got {show(repr(name))}")  # fmt: skip
 
 
 def meta_backbone(meta: dict) -> Backbone:
@@ -210,11 +213,45 @@ def _read_state(out: Path, meta: dict, backbone: Backbone, cfg: Any) -> TrainSta
     init = eqx.filter_vmap(lambda k: init_state(k, backbone, meta["obs_dim"], meta["action_dim"], cfg))
     template = eqx.filter_eval_shape(init, keys)
     path = out / meta["state_file"]
+    fd, _ = open_regular(path, MAX_STATE_BYTES, "checkpoint state")
     try:
-        with open(path, "rb") as f:
-            return eqx.tree_deserialise_leaves(f, template)
-    except (OSError, ValueError, RuntimeError) as e:
-        raise TttError(f"{path}: cannot read checkpoint state: {e}") from None
+        with os.fdopen(fd, "rb") as f:
+            return eqx.tree_deserialise_leaves(f, template, filter_spec=_read_leaf)
+    except Exception as e:  # noqa: BLE001  (a corrupt .npy record: ValueError, EOFError, ...; JAX wraps a leaf's)
+        cause = e
+        while cause is not None and not isinstance(cause, TttError | ValueError | EOFError):
+            cause = cause.__cause__ or cause.__context__
+        cause = cause or e
+        what = str(cause) if isinstance(cause, TttError) else f"{type(cause).__name__}: {show(str(cause), 120)}"
+        raise TttError(f"{path}: cannot read checkpoint state: {what}") from None
+
+
+def _read_leaf(f, like: Any) -> Any:
+    """One leaf of a state file (Equinox writes each array as an .npy record): its header must declare exactly the
+    dtype and shape the template has; then exactly that many bytes are read. No pickle, no size from the file."""
+    if not isinstance(like, jax.Array | jax.ShapeDtypeStruct | np.ndarray | np.generic):
+        return like
+    want_dtype, want_shape = np.dtype(like.dtype), tuple(like.shape)
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f, max_header_size=10000)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f, max_header_size=10000)
+    else:
+        raise TttError(f"a leaf of .npy version {version}")
+    if dtype != want_dtype or tuple(shape) != want_shape or fortran:
+        raise TttError(f"a leaf of {show(str(dtype), 40)} {tuple(shape)[:8]}, expected {want_dtype} {want_shape} (the "
+                       "file does not match its metadata)")  # fmt: skip
+    n = int(np.prod(want_shape, dtype=np.int64)) * want_dtype.itemsize
+    data = f.read(n)
+    if len(data) != n:
+        raise TttError("truncated (a leaf's data ends early)")
+    a = np.frombuffer(data, want_dtype).reshape(want_shape)
+    if isinstance(like, jax.Array | jax.ShapeDtypeStruct):
+        return jnp.asarray(a)
+    if isinstance(like, np.generic):
+        return type(like)(a.item())
+    return a.copy()
 
 
 def verify_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> str:
@@ -225,6 +262,7 @@ def verify_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> str:
     path = out / meta["state_file"]
     if not path.exists():
         raise TttError(f"{path}: the checkpoint's state file is missing; delete {out} to train from scratch")
+    os.close(open_regular(path, MAX_STATE_BYTES, "checkpoint state")[0])  # a regular file, not too large
     want, got = meta.get("state_sha256"), file_sha256(path)
     if want is not None and got != want:
         raise TttError(

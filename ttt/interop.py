@@ -45,6 +45,7 @@ from ttt.data.sampler import GoalMix, SamplerConfig
 from ttt.data.specs import get_spec
 from ttt.errors import TttError
 from ttt.presets import AGENTS, agent_backbone, check_config_value
+from ttt.safe_files import show
 from ttt.storage import file_sha256, writable_dir
 
 AGENTS_SUPPORTED = ("gcbc", "gciql", "qrl", "saw")
@@ -167,13 +168,44 @@ def _put(tree: ShapeTree, path: tuple[str, ...], value: Any) -> None:
     tree[path[-1]] = value
 
 
-def _leaves(tree: Any, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    if isinstance(tree, dict):
-        out = {}
-        for k, v in tree.items():
-            out.update(_leaves(v, (*prefix, str(k))))
-        return out
-    return {prefix: tree}
+def _leaves(tree: Any) -> dict[tuple[str, ...], Any]:
+    """{key path: leaf} of nested dicts (iterative; the safe loader bounds the depth and size)."""
+    out, stack = {}, [((), tree)]
+    while stack:
+        prefix, x = stack.pop()
+        if isinstance(x, dict):
+            stack.extend(((*prefix, str(k)), v) for k, v in x.items())
+        else:
+            out[prefix] = x
+    return out
+
+
+def _name(path: tuple[str, ...]) -> str:
+    """A key path from the file, escaped and cut for one line."""
+    return show("/".join(path))
+
+
+def _number_array(x: Any, where: str, name: str) -> np.ndarray:
+    """A parameter leaf: a NumPy array of real numbers (the safe loader builds only plain dtypes; a list, string,
+    bool or None is refused here, naming the leaf)."""
+    if isinstance(x, np.generic):
+        x = np.asarray(x)
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
+        kind = f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
+        raise TttError(f"{where}: {name} is not an array of real numbers ({kind})")
+    return x
+
+
+def _count(x: Any, where: str, name: str) -> int:
+    """An update count from the file: an integer (Python's or a 0-d NumPy integer) in [0, 2**31 - 2]."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x[()]
+    if isinstance(x, bool | np.bool_) or not isinstance(x, int | np.integer):
+        raise TttError(f"{where}: {name} is not an integer ({show(type(x).__name__, 30)})")
+    x = int(x)
+    if not 0 <= x <= 2**31 - 2:
+        raise TttError(f"{where}: {name} = {show(str(x), 30)} is out of range [0, {2**31 - 2}]")
+    return x
 
 
 def to_flax(backbone: str, agent: Any) -> ShapeTree:
@@ -192,22 +224,34 @@ def from_flax(backbone: str, template: Any, params: ShapeTree, where_from: str) 
     for path, where in paths:
         got = _get(params, path)
         want = where(template)
-        name = "/".join(path)
+        name = _name(path)
         if got is None:
             raise TttError(f"{where_from}: the state dict has no {name} (a {backbone} agent of these sizes has it)")
-        got = np.asarray(got)
+        got = _number_array(got, where_from, name)
         if tuple(got.shape) != tuple(want.shape):
             raise TttError(f"{where_from}: {name} has shape {tuple(got.shape)}, expected {tuple(want.shape)} (the "
                            "networks' sizes disagree)")  # fmt: skip
         values.append(jnp.asarray(got, dtype=want.dtype))
     extra = sorted(set(_leaves(params)) - {p for p, _ in paths})
     if extra:
-        raise TttError(f"{where_from}: the state dict holds {'/'.join(extra[0])} ({len(extra)} unexpected leaves), "
+        raise TttError(f"{where_from}: the state dict holds {_name(extra[0])} ({len(extra)} unexpected leaves), "
                        f"which a {backbone} agent does not have")  # fmt: skip
     return eqx.tree_at(lambda a: [w(a) for _, w in paths], template, values)
 
 
 # ------------------------------------------------------------------------------------------- sizes from shapes
+
+
+def _kernel(tree: Any, path: tuple[str, ...], where: str, name: str) -> np.ndarray:
+    """A Dense layer's kernel: a matrix (an ensemble's: stacked on a leading axis) of real numbers, no side 0."""
+    k = _get(tree, path)
+    full = f"{name}/{'/'.join(path)}"
+    if k is None:
+        raise TttError(f"{where}: {full} is missing")
+    k = _number_array(k, where, full)
+    if k.ndim < 2 or 0 in k.shape:
+        raise TttError(f"{where}: {full} is not a matrix (shape {k.shape[:8]})")
+    return k
 
 
 def _widths(mlp: Any, where: str, name: str) -> tuple[tuple[int, ...], int, bool]:
@@ -216,13 +260,20 @@ def _widths(mlp: Any, where: str, name: str) -> tuple[tuple[int, ...], int, bool
         raise TttError(f"{where}: {name} is not an MLP (no Dense_0)")
     widths, i = [], 0
     while f"Dense_{i}" in mlp:
-        k = np.asarray(_get(mlp, (f"Dense_{i}", "kernel")))
-        if k.ndim < 2:
-            raise TttError(f"{where}: {name}/Dense_{i}/kernel is not a matrix")
-        widths.append(int(k.shape[-1]))
+        widths.append(int(_kernel(mlp, (f"Dense_{i}", "kernel"), where, name).shape[-1]))
         i += 1
-    first = np.asarray(mlp["Dense_0"]["kernel"])
+    first = _kernel(mlp, ("Dense_0", "kernel"), where, name)
     return tuple(widths), int(first.shape[-2]), "LayerNorm_0" in mlp
+
+
+def _check_continuous(params: ShapeTree, where: str) -> None:
+    """A discrete-action actor (OGBench's `GCDiscreteActor`: `logit_net`, no `mean_net`) is refused before any size
+    is read from it."""
+    for m in ("modules_actor", "modules_low_actor"):
+        actor = params.get(m)
+        if isinstance(actor, dict) and "logit_net" in actor:
+            raise TttError(f"{where}: {m} is a discrete-action actor (logit_net); discrete=True is not supported: "
+                           "ttt imports continuous actions only")  # fmt: skip
 
 
 def infer_sizes(agent: str, params: ShapeTree, where: str) -> dict[str, Any]:
@@ -231,8 +282,9 @@ def infer_sizes(agent: str, params: ShapeTree, where: str) -> dict[str, Any]:
     actor = params.get("modules_actor")
     if not isinstance(actor, dict) or "actor_net" not in actor:
         raise TttError(f"{where}: modules_actor is not OGBench's GCActor (no actor_net)")
+    _check_continuous(params, where)
     actor_dims, actor_in, _ = _widths(actor["actor_net"], where, "modules_actor/actor_net")
-    action_dim = int(np.asarray(_get(actor, ("mean_net", "kernel"))).shape[-1])
+    action_dim = int(_kernel(actor, ("mean_net", "kernel"), where, "modules_actor").shape[-1])
     out: dict[str, Any] = dict(actor_hidden_dims=actor_dims, const_std="log_stds" not in actor, action_dim=action_dim)
     if agent in ("gcbc", "gciql", "qrl"):
         if actor_in % 2:
@@ -295,19 +347,23 @@ def read_reference(path: str | os.PathLike) -> Source:
     """Read an OGBench-format pickle with the restricted unpickler and check its outline."""
     path = Path(path)
     obj = safe_pickle.load(path)
+    where = show(str(path), 300)
     agent = obj.get("agent") if isinstance(obj, dict) else None
     if not isinstance(agent, dict):
-        raise TttError(f"{path}: not an OGBench agent pickle (expected {{'agent': state dict}}, as save_agent "
-                       f"writes; got {type(obj).__name__}{' with keys ' + ', '.join(map(str, obj)) if isinstance(obj, dict) else ''})")  # fmt: skip # noqa: E501
+        keys = f" with keys {_keys(obj)}" if isinstance(obj, dict) else ""
+        raise TttError(f"{where}: not an OGBench agent pickle (expected {{'agent': state dict}}, as save_agent "
+                       f"writes; got {type(obj).__name__}{keys})")  # fmt: skip
     network = agent.get("network")
     if not isinstance(network, dict) or not isinstance(network.get("params"), dict):
-        raise TttError(f"{path}: the agent state dict has no network/params (keys: {', '.join(map(str, agent))})")
-    step = network.get("step", 1)
-    try:
-        step = int(np.asarray(step))
-    except (TypeError, ValueError):
-        raise TttError(f"{path}: network/step is not a number") from None
+        raise TttError(f"{where}: the agent state dict has no network/params (keys: {_keys(agent)})")
+    step = _count(network.get("step", 1), where, "network/step")
     return Source(path, file_sha256(path), network["params"], network.get("opt_state"), step)
+
+
+def _keys(d: dict) -> str:
+    """A dict's keys from a file, escaped, cut to 10 and 300 characters."""
+    ks = [show(str(k), 60) for k in list(d)[:10]]
+    return show(", ".join(ks) + (f", ... ({len(d)} keys)" if len(d) > 10 else ""), 300)
 
 
 def _which_agent(modules: set[str]) -> str | None:
@@ -318,20 +374,23 @@ def _which_agent(modules: set[str]) -> str | None:
 
 
 def _check_networks(agent: str, src: Source) -> None:
-    modules = {k[len("modules_"):] for k in src.params if str(k).startswith("modules_")}
+    modules = {str(k)[len("modules_"):] for k in src.params if str(k).startswith("modules_")}
     want = NETWORKS[agent] - ({"dynamics"} if agent == "qrl" else set())
     if want <= modules <= NETWORKS[agent] and set(src.params) == {f"modules_{m}" for m in modules}:
         return
     other = _which_agent(modules)
     if other is not None and other != agent:
-        raise TttError(f"{src.path}: this pickle holds a {other} agent (networks {', '.join(sorted(modules))}), not "
+        raise TttError(f"{show(str(src.path), 300)}: this pickle holds a {other} agent (networks "
+                       f"{', '.join(sorted(modules))}), not "
                        f"{agent}; pass --agent {other}")  # fmt: skip
     missing = sorted(want - modules)
     if missing:
-        raise TttError(f"{src.path}: the state dict lacks network(s) {', '.join(missing)} (a {agent} agent has "
+        raise TttError(f"{show(str(src.path), 300)}: the state dict lacks network(s) {', '.join(missing)} (a {agent} "
+                       f"agent has "
                        f"{', '.join(sorted(NETWORKS[agent]))})")  # fmt: skip
-    raise TttError(f"{src.path}: unexpected entries {', '.join(sorted(map(str, set(src.params) - {f'modules_{m}' for m in NETWORKS[agent]})))} "  # noqa: E501
-                   f"in params; a {agent} agent has {', '.join(sorted(NETWORKS[agent]))}")  # fmt: skip
+    extra = sorted(map(str, set(src.params) - {f"modules_{m}" for m in NETWORKS[agent]}))
+    raise TttError(f"{show(str(src.path), 300)}: unexpected entries {_keys(dict.fromkeys(extra))} in params; a {agent} "
+                   f"agent has {', '.join(sorted(NETWORKS[agent]))}")  # fmt: skip
 
 
 def _check_unsupported(settings: dict[str, Any]) -> None:
@@ -341,7 +400,7 @@ def _check_unsupported(settings: dict[str, Any]) -> None:
               "quasimetric_type": ("iqe", "QRL with the IQE quasimetric only")}  # fmt: skip
     for k, (ok, what) in checks.items():
         if k in settings and settings[k] not in (ok, None):
-            raise TttError(f"{k}={settings[k]!r} is not supported: ttt imports {what}")
+            raise TttError(f"{k}={show(repr(settings[k]), 60)} is not supported: ttt imports {what}")
 
 
 def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) -> tuple[str, Any, SamplerConfig]:
@@ -417,7 +476,7 @@ def _opt_from_flax(backbone: str, template: TrainState, opt: Any, where: str, co
         return (optax.ScaleByAdamState(count=jnp.asarray(0, jnp.int32), mu=zeros[0], nu=zeros[1]), optax.EmptyState())
     mu = from_flax(backbone, adam.mu, opt["0"]["mu"], f"{where} (opt_state mu)")
     nu = from_flax(backbone, adam.nu, opt["0"]["nu"], f"{where} (opt_state nu)")
-    count = jnp.asarray(np.asarray(opt["0"].get("count", count_default)), jnp.int32)
+    count = jnp.asarray(_count(opt["0"].get("count", count_default), where, "opt_state count"), jnp.int32)
     return (optax.ScaleByAdamState(count=count, mu=mu, nu=nu), optax.EmptyState())
 
 
@@ -434,6 +493,7 @@ def reference_states(
 ) -> tuple[str, Any, SamplerConfig, list[Imported]]:
     """(preset name, Config, SamplerConfig, one `Imported` per source): the networks, Adam state and update count
     of each reference pickle in `ttt`'s layout. Sizes come from the shapes and must agree between sources."""
+    _check_unsupported(settings)  # unsupported settings first: nothing is inferred from a file ttt cannot import
     for src in sources:
         _check_networks(agent, src)
     sizes = [infer_sizes(agent, s.params, str(s.path)) for s in sources]
@@ -448,7 +508,7 @@ def reference_states(
     for src in sources:
         where = str(src.path)
         params = from_flax(agent, template.agent, src.params, where)
-        opt = _opt_from_flax(agent, template, src.opt_state, where, src.step - 1)
+        opt = _opt_from_flax(agent, template, src.opt_state, where, max(src.step - 1, 0))
         state = TrainState(params, opt, jnp.asarray(max(src.step - 1, 0), jnp.int32))
         out.append(Imported(state, (obs_dim, action_dim)))
     return preset, cfg, sampler, out

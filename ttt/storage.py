@@ -331,7 +331,10 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 def read_json(path: str | os.PathLike) -> Any | None:
     """The JSON document at `path`, or None when it is missing, truncated or not JSON (a cache entry to rebuild)."""
+    from ttt.errors import TttError
+    from ttt.safe_files import read_json as safe_read_json
+
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
+        return safe_read_json(path)  # a regular file, capped, nesting bounded (docs/security.md)
+    except TttError:
         return None

@@ -126,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _init_distributed()
         rv = cli.main(args=argv, prog_name="ttt", standalone_mode=False)
-    except TttError as e:
-        click.echo(f"error: {e}", err=True)
+    except TttError as e:  # one line whatever the message holds: names from files may carry control characters
+        from ttt.safe_files import one_line
+
+        click.echo(f"error: {one_line(str(e))}", err=True)
         return 2
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo(f"interrupted: {interrupt_note()}", err=True)

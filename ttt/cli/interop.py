@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import click
 
 from ttt.cli.common import dataset_name, parse_json_sets
 from ttt.errors import TttError
+from ttt.safe_files import read_json, show
 
 
 @click.group("import")
@@ -47,18 +45,13 @@ def import_ogbench(pkls, agent, dataset, out, directory, flags_file, sets, refer
 
 
 def _flags(path: str, dataset: str) -> dict:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise TttError(f"--flags {path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise TttError(f"--flags {path}: not a readable JSON file ({e})") from None
+    doc = read_json(path, "--flags")  # a regular file, capped, nesting bounded; every failure one line
     if not isinstance(doc, dict):
         raise TttError(f"--flags {path}: expected a JSON object (the reference's flags.json)")
     env_name = doc.get("env_name")
     if isinstance(env_name, str) and env_name != dataset:
-        raise TttError(f"--flags {path}: the run trained on env_name {env_name!r}, not --dataset {dataset!r}; name "
-                       "the dataset it trained on")  # fmt: skip
+        raise TttError(f"--flags {path}: the run trained on env_name {show(repr(env_name))}, not --dataset "
+                       f"{dataset!r}; name the dataset it trained on")  # fmt: skip
     agent = doc.get("agent", doc)
     if not isinstance(agent, dict):
         raise TttError(f"--flags {path}: its 'agent' entry is not an object")

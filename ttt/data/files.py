@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import tempfile
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
 from ttt.data.specs import SPECS, DatasetSpec, get_spec
 from ttt.errors import TttError
+from ttt.safe_files import read_json, safe_load_npz
 from ttt.storage import array_digest
 
 OGBENCH_DEFAULT_DIR = "~/.ogbench/data"  # ogbench.utils.DEFAULT_DATASET_DIR
@@ -66,24 +64,13 @@ def resolve_dir(directory: str | os.PathLike | None, create_default: bool = Fals
 
 
 def read_npz(path: Path, spec: DatasetSpec | None = None) -> dict[str, np.ndarray]:
-    """Read an OGBench-format .npz fully, with one-line errors for missing, truncated or foreign files."""
+    """Read an OGBench-format .npz fully with `ttt.safe_files.safe_load_npz` (plain numeric arrays, sizes checked
+    before decompressing, no pickle), with one-line errors for missing, truncated or foreign files."""
     path = Path(path)
     if not path.exists():
         hint = f"; generate it with `ttt data generate {spec.name}`" if spec else ""
         raise TttError(f"{path}: no such file{hint}")
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in REQUIRED_KEYS if k not in f.files]
-            if missing:
-                raise TttError(
-                    f"{path}: not an OGBench dataset: missing key(s) {', '.join(missing)} "
-                    f"(found: {', '.join(f.files) or 'none'})"
-                )
-            return {k: f[k] for k in f.files}
-    except TttError:
-        raise
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError, KeyError) as e:
-        raise TttError(f"{path}: unreadable .npz (truncated or corrupt): {str(e).splitlines()[0]}") from None
+    return safe_load_npz(path, required=REQUIRED_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,9 +171,10 @@ def check_digest(path: Path, arrays: dict[str, np.ndarray]) -> None:
     if not sidecar.exists():
         return
     try:
-        want = json.loads(sidecar.read_text()).get("sha256_arrays")
-    except (OSError, ValueError, AttributeError):
+        doc = read_json(sidecar)
+    except TttError:
         raise TttError(f"{sidecar}: unreadable metadata (truncated or not JSON); regenerate the dataset") from None
+    want = doc.get("sha256_arrays") if isinstance(doc, dict) else None
     if want is None:
         return
     got = array_digest(arrays)
@@ -235,9 +223,10 @@ def list_datasets(directory: str | os.PathLike | None = None) -> list[dict]:
             meta = {}
             if train.with_suffix(".json").exists():
                 try:
-                    meta = json.loads(train.with_suffix(".json").read_text())
-                except (OSError, ValueError):
+                    meta = read_json(train.with_suffix(".json"))
+                except TttError:
                     meta = {}
+                meta = meta if isinstance(meta, dict) else {}
             out.append(
                 dict(
                     name=name,

@@ -14,7 +14,9 @@ from ttt.checks import check_transforms
 from ttt.envs.gym import make_gym_env
 from ttt.envs.oracle import has_oracle, maze_oracle
 from ttt.episode import make_round_fns, round_keys
+from ttt.errors import TttError
 from ttt.evaluation import episode_batch
+from ttt.safe_files import safe_load_npz
 from ttt.select import Context, round_spans
 from ttt.storage import atomic_save_npz
 
@@ -22,9 +24,8 @@ from ttt.storage import atomic_save_npz
 def load_npz(path: Path) -> dict | None:
     """A cached .npz's arrays, or None when it is truncated or corrupt (its zip checksums fail)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except Exception:  # noqa: BLE001  (any failure to read a cache entry means: rebuild it)
+        return safe_load_npz(path)
+    except TttError:  # any failure to read a cache entry means: rebuild it
         return None
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from ttt.data.specs import SPECS
 from ttt.errors import TttError
 from ttt.presets import AGENTS, PROFILES
+from ttt.safe_files import MAX_TOML_BYTES, loads_toml, read_text, show
 from ttt.select import IGNORED_BY_RULE
 from ttt.storage import file_name
 
@@ -284,6 +285,10 @@ def resolve_run(raw: dict, defaults: dict, sets: dict, where: str) -> dict:
     out = {}
     for k in RUN_KEYS:
         out[k] = check_value(k, merged[k], where)
+    if out["checkpoint"] is not None:  # first: the name and every check below use the checkpoint's values
+        # Every key the user wrote counts, [defaults] included: a value that the checkpoint contradicts is refused,
+        # never silently replaced.
+        _from_checkpoint(out, (set(raw) | set(defaults) | set(sets)) - {"_grid", "grid"}, where)
     if out["name"] is None:
         out["name"] = f"{out['agent']}-{out['variant']}-{out['dataset'].removesuffix('-v0')}"
         if grid_keys:
@@ -295,8 +300,6 @@ def resolve_run(raw: dict, defaults: dict, sets: dict, where: str) -> dict:
     if out["variant"] not in ("base", "ttgs"):  # `--set` of a key this row's rule ignores leaves the row as it was
         for k in set(sets) & set(IGNORED_BY_RULE[effective_rule(out)]):
             out[k] = check_value(k, raw.get(k, defaults.get(k, RUN_KEYS[k].default)), where)
-    if out["checkpoint"] is not None:
-        _from_checkpoint(out, (set(raw) | set(sets)) - {"_grid", "grid"}, where)
     return out
 
 
@@ -306,8 +309,9 @@ CHECKPOINT_KEYS = {"dataset": "dataset", "agent": "agent", "profile": "profile",
 
 def _from_checkpoint(r: dict, stated: set, where: str) -> None:
     """A row that names a checkpoint evaluates that checkpoint: its dataset, agent, profile, steps and seeds come
-    from the checkpoint's metadata (so the row's labels are the checkpoint's), and a row (or `--set`) that states
-    one of them differently is refused. The checkpoint must exist and its metadata be readable (`--dry-run` too)."""
+    from the checkpoint's metadata (so the row's labels are the checkpoint's), and a row, [defaults] or `--set`
+    (`stated`) that states one of them differently is refused, naming both values: a setting the user wrote is
+    never dropped. The checkpoint must exist and its metadata be readable (`--dry-run` too)."""
     from ttt.checkpoint import read_meta
 
     path = r["checkpoint"]
@@ -320,13 +324,16 @@ def _from_checkpoint(r: dict, stated: set, where: str) -> None:
         raise TttError(f"{where}: checkpoint: {e}") from None
     for key, field in CHECKPOINT_KEYS.items():
         value = meta.get(field)
-        if value is None or (key == "profile" and value not in PROFILES) or (key == "agent" and value not in AGENTS):
+        if value is None:
             continue  # (a checkpoint without a profile, e.g. one made before profiles were recorded)
         if key in stated and r[key] != value:
-            raise TttError(f"{where}: {key} = {json.dumps(r[key])}, but checkpoint {path} has {key} "
-                           f"{json.dumps(value)} ({meta['agent']} on {meta['dataset']}, {meta.get('profile')} profile, "
-                           f"step {meta.get('step')}, {meta['seeds']} seeds); leave {key} out of the row (it comes "
-                           "from the checkpoint) or name another checkpoint")  # fmt: skip
+            raise TttError(f"{where}: {key} = {json.dumps(r[key])}, but checkpoint {show(path, 200)} has "
+                           f"{key} {show(json.dumps(value), 80)} ({show(meta['agent'], 40)} on "
+                           f"{show(meta['dataset'], 80)}, {show(str(meta.get('profile')), 40)} profile, step "
+                           f"{meta.get('step')}, {meta['seeds']} seeds); leave {key} out of the row and [defaults] "
+                           "(it comes from the checkpoint) or name another checkpoint")  # fmt: skip
+        if (key == "profile" and value not in PROFILES) or (key == "agent" and value not in AGENTS):
+            continue  # (an imported checkpoint's profile 'imported': not a preset, the row keeps its label)
         r[key] = value
 
 
@@ -402,16 +409,10 @@ def load_pipeline(path: str | Path, sets: dict | None = None) -> Pipeline:
         raise TttError(
             f"pipeline {path} is a directory; give a .toml file or a name ({', '.join(available_pipelines())})"
         )
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM (some Windows editors) is skipped
-    except FileNotFoundError:
-        raise TttError(f"pipeline file {path} does not exist") from None
-    except UnicodeDecodeError:
-        raise TttError(f"{path}: not a text file; a pipeline is a TOML file (see pipelines/quickstart.toml)") from None
-    except OSError as e:
-        raise TttError(f"pipeline file {path} cannot be read: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise TttError(f"{path}: not valid TOML: {e}") from None
+    if not path.exists():
+        raise TttError(f"pipeline file {show(str(path), 300)} does not exist")
+    text = read_text(path, MAX_TOML_BYTES, "pipeline file")  # a regular file, capped; a BOM is skipped
+    doc = loads_toml(text, show(str(path), 300))
     _unknown(doc, TOP_KEYS, str(path))
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):

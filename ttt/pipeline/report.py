@@ -25,6 +25,8 @@ from ttt.graph import TTGSConfig
 from ttt.pipeline.config import load_pipeline
 from ttt.pipeline.keys import record_ttgs_path
 from ttt.presets import PROFILES
+from ttt.safe_files import MAX_JSON_BYTES, loads_json, read_text, safe_load_npz
+from ttt.safe_files import read_json as safe_read_json
 from ttt.stats import paired, paired_test, unpaired
 from ttt.storage import atomic_write_bytes, atomic_write_text, dumps, read_json, writable_dir
 
@@ -177,11 +179,14 @@ def load_results(run_dir: str | Path) -> dict:
         raise TttError(f"{run_dir}: no results.json; `ttt run PIPELINE --out {run_dir}` produces it")
     rebuild = f"rebuild it from the evaluation records with `ttt report {run_dir} --from-evals`"
     try:
-        doc = json.loads(p.read_text(encoding="utf-8-sig"))
-    except UnicodeDecodeError:
-        raise TttError(f"{p}: not a text file, so not a ttt results file; {rebuild}") from None
-    except ValueError as e:
-        raise TttError(f"{p}: not valid JSON (truncated or edited: {e}); {rebuild}") from None
+        text = read_text(p, MAX_JSON_BYTES, "")
+    except TttError as e:
+        raise TttError(f"{e}, so not a ttt results file; {rebuild}") from None
+    try:
+        doc = loads_json(text, "")
+    except TttError as e:
+        raise TttError(f"{p}: not valid JSON (truncated or edited{str(e).removeprefix(': not readable JSON')}); "
+                       f"{rebuild}") from None
     if not isinstance(doc, dict) or "rows" not in doc or "records" not in doc:
         raise TttError(f"{p}: not a ttt results file (expected a JSON object with keys rows, records); {rebuild}")
     recs = doc["records"]
@@ -207,8 +212,8 @@ def records_from_evals(run_dir: str | Path, echo: Callable[[str], None] = print)
     ties: dict[str, int] = {}
     for f in files:
         try:
-            rec = json.loads(f.read_text())
-        except (ValueError, UnicodeDecodeError):
+            rec = safe_read_json(f)
+        except TttError:
             raise TttError(f"{f}: not a ttt evaluation record (not valid JSON: truncated or edited); delete it and "
                            "run its row again") from None  # fmt: skip
         name, n = check_record(rec, str(f))["run"]["name"], rec["n_episodes"]
@@ -239,9 +244,9 @@ def _pipeline_order(run_dir: Path) -> list[str]:
     if not meta_p.exists():
         return []
     try:
-        meta = json.loads(meta_p.read_text())
+        meta = safe_read_json(meta_p)
         names = [r["name"] for r in meta.get("runs", [])]
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (TttError, KeyError, TypeError, AttributeError):
         return []  # an unreadable pipeline.json: order by name
     try:
         full = [r["name"] for r in load_pipeline(meta["source"]).runs]
@@ -585,7 +590,7 @@ def plot_selection(fig_npzs: list[Path], path: Path, title: str) -> None:
     plt = _plt()
     fig, axes = plt.subplots(1, len(fig_npzs), figsize=(4.8 * len(fig_npzs), 4.9), squeeze=False)
     for ax, f in zip(axes[0], fig_npzs, strict=True):
-        z = np.load(f)
+        z = safe_load_npz(f)
         _draw_selection(ax, plt, z, "success" if float(z["success"]) else "failure")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
@@ -663,7 +668,7 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
             plot_selection(files, p, name)
             md += [f"![{name}](plots/{p.name})", ""]
             for f in files:
-                z = np.load(f)
+                z = safe_load_npz(f)
                 agree = np.array_equal(z["n_selected"], z["n_selected_recorded"][: len(z["n_selected"])])
                 what = "success" if float(z["success"]) else "failure"
                 md += [
@@ -672,7 +677,8 @@ def write_report(run_dir: str | Path, echo: Callable[[str], None] = print, out: 
                     f"{'equal to' if agree else 'DIFFERENT from'} what the episode recorded).",
                     "",
                 ]
-            shown = len(np.load(files[0])["bg_len"]) if files else 0  # (at most 100 drawn, fewer in a small dataset)
+            # (at most 100 drawn, fewer in a small dataset)
+            shown = len(safe_load_npz(files[0])["bg_len"]) if files else 0
             md += [f"Colours: rounds; grey: {shown} dataset episodes; black: the agent's path.", ""]
     path = out / "report.md"
     atomic_write_text(path, "\n".join(md))
