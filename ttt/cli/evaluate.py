@@ -216,9 +216,11 @@ def eval_cmd(
 
     writer = bool(json_out) and jax.process_index() == 0  # one writer in a multi-process run
     from ttt.pipeline.keys import checkpoint_ref
+    from ttt.pipeline.records import SCHEMA
 
     doc = dict(
-        checkpoint=checkpoint_ref(checkpoint),  # the cache key, not this machine's path
+        schema=SCHEMA,  # ttt.pipeline.records: no machine's paths
+        checkpoint=checkpoint_ref(checkpoint),  # the cache key (or a path without the machine's), not the path given
         checkpoint_sha256=meta.get("state_sha256"),
         dataset_hash=meta.get("dataset_hash"),
         agent=meta["agent"],

@@ -17,6 +17,7 @@ from ttt.checkpoint import config_dict
 from ttt.data.files import default_cache, default_dir
 from ttt.graph import TTGSConfig
 from ttt.pipeline.config import EVAL_KEYS, LATE_EVAL_KEYS, RUN_KEYS, effective_rule
+from ttt.pipeline.records import local_path, portable_path
 from ttt.storage import digest, file_sha256
 
 
@@ -70,20 +71,20 @@ def checkpoint_identity(ckpt: Path, meta: dict) -> dict:
 def checkpoint_ref(ckpt: str | os.PathLike, root: str | os.PathLike | None = None) -> str:
     """How a record names its checkpoint: `DATASET/AGENT-PROFILE-<checkpoint key>` for one in the cache's checkpoint
     folder `root` (default: `cache_root() / "ckpt"`; the same name on every machine, which `resolve_checkpoint` finds
-    under this machine's cache), else the path as the run named it. The content itself is the record's
-    `checkpoint_sha256`."""
+    under this machine's cache), else the path the run named as `ttt.pipeline.records.portable_path` writes it (no
+    machine's path). The content itself is the record's `checkpoint_sha256`."""
     path = Path(ckpt)
     root = Path(root) if root is not None else cache_root() / "ckpt"
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
     except ValueError:
-        return str(ckpt)
+        return portable_path(ckpt, root.parent)
 
 
 def resolve_checkpoint(ref: str, cache: str | os.PathLike | None = None) -> Path:
     """The directory a record's `checkpoint` names: a cache key under this machine's cache (`TTT_CACHE`), else the
-    path itself (records before 2026-12 hold absolute paths)."""
-    path = Path(ref).expanduser()
+    path `checkpoint_ref` wrote (`ttt.pipeline.records.local_path`)."""
+    path = local_path(ref, cache)
     if path.is_absolute() or path.exists():
         return path
     return cache_root(cache) / "ckpt" / ref
@@ -97,8 +98,8 @@ def eval_settings(run: dict, env_id: str) -> dict:
     if "rule" in settings:  # the rule in force, not `null`: a changed default is another evaluation
         settings["rule"] = effective_rule(run)
     if run["variant"] in ("ttgs", "ttt+ttgs"):
-        # what follows a path's last held vertex, in force ('slide' since commit 14febb1; the records before it
-        # are 'cut' evaluations under keys without it, so the new default is never taken for them)
+        # what follows a path's last held vertex, in force (`TTGSConfig.path`); the committed 'cut' rows made before
+        # it entered the key have keys without it (and say `ttgs_path: "cut"`), so no current run reuses them
         settings["ttgs_path"] = (run["ttgs"] or {}).get("path", TTGSConfig.path)
     if not env_id.startswith("pointmaze"):
         # Antmaze and cube episodes are drawn from the evaluation keys on both drivers since the compiled ant and
@@ -108,9 +109,9 @@ def eval_settings(run: dict, env_id: str) -> dict:
 
 
 def record_ttgs_path(rec: dict) -> str | None:
-    """What followed a long path's last held vertex in a record's graph search (`TTGSConfig.path`): its `ttgs_path`;
-    'cut' for a graph-search row written before it was recorded (commit 14febb1, when 'slide' became the default);
-    None for a row without graph search."""
+    """What followed a long path's last held vertex in a record's graph search (`TTGSConfig.path`): its `ttgs_path`
+    (every graph-search record of schema 2 has one); None for a row without graph search. A record of schema 1
+    without it ran 'cut' (`benchmarks/migrations/records_schema2.py` writes that into it)."""
     if (rec.get("run") or {}).get("variant") not in ("ttgs", "ttt+ttgs"):
         return None
     return rec.get("ttgs_path") or "cut"

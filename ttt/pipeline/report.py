@@ -24,6 +24,7 @@ from ttt.errors import TttError
 from ttt.graph import TTGSConfig
 from ttt.pipeline.config import load_pipeline
 from ttt.pipeline.keys import record_ttgs_path
+from ttt.pipeline.records import local_path
 from ttt.presets import PROFILES
 from ttt.safe_files import MAX_JSON_BYTES, loads_json, read_text, safe_load_npz
 from ttt.safe_files import read_json as safe_read_json
@@ -249,7 +250,7 @@ def _pipeline_order(run_dir: Path) -> list[str]:
     except (TttError, KeyError, TypeError, AttributeError):
         return []  # an unreadable pipeline.json: order by name
     try:
-        full = [r["name"] for r in load_pipeline(meta["source"]).runs]
+        full = [r["name"] for r in load_pipeline(local_path(meta["source"])).runs]
     except (KeyError, TypeError, OSError, TttError):
         return names
     return full + [n for n in names if n not in full]

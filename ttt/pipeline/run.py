@@ -15,6 +15,7 @@ from ttt.errors import TttError
 from ttt.pipeline.config import Pipeline
 from ttt.pipeline.keys import cache_root
 from ttt.pipeline.plan import plan_pipeline
+from ttt.pipeline.records import SCHEMA, portable_path, portable_run
 from ttt.pipeline.report import rows, table_md, write_report, write_results
 from ttt.pipeline.stages import (
     BarFactory,
@@ -63,7 +64,8 @@ def run_pipeline(
     out = writable_dir(out, "--out")
     if "data" in stages or "pretrain" in stages:
         writable_dir(cache, cache_label(cache_arg))
-    doc = dict(name=pipe.name, description=pipe.description, source=pipe.source, runs=list(pipe.runs))
+    doc = dict(schema=SCHEMA, name=pipe.name, description=pipe.description, source=portable_path(pipe.source, cache),
+               runs=[portable_run(r, cache) for r in pipe.runs])  # fmt: skip
     with locked(out / ".results.lock", f"{out / 'results.json'}"):  # the runs of other --only invocations kept
         doc["runs"] = _merge_runs(doc["runs"], read_json(out / "pipeline.json"), all_names)
         atomic_write_text(out / "pipeline.json", dumps(doc, indent=1))

@@ -25,6 +25,7 @@ from ttt.evaluation import evaluate, ttgs_cost_note
 from ttt.pipeline.artifacts import load_npz, nan_to_none, save_selection_figure
 from ttt.pipeline.keys import checkpoint_dir, checkpoint_ref, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan
+from ttt.pipeline.records import SCHEMA, portable_run
 from ttt.pretrain import pretrain
 from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, locked, read_json
 
@@ -223,7 +224,9 @@ def _reused_record(plan: RunPlan, key: str, out: Path, shared: Path | None, echo
         rec = read_json(p) if p.exists() else None
         if isinstance(rec, dict) and rec.get("eval_key") == key and "mean" in rec:
             echo(f"  reused: {plan.name} is the same evaluation as {rec['run']['name']} ({p})")
-            return {**rec, "run": dict(plan.run)}
+            root = plan.train.root.parent  # the cache's checkpoint folder
+            ck = checkpoint_ref(rec["checkpoint"], root) if isinstance(rec.get("checkpoint"), str) else None
+            return {"schema": SCHEMA, **rec, "checkpoint": ck, "run": portable_run(plan.run, root.parent)}
     return None
 
 
@@ -336,7 +339,8 @@ def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: B
     rates = success.mean(axis=(1, 2))
     compute = _compute(per_task, ev.tasks)
     record = dict(
-        run=run,
+        schema=SCHEMA,  # ttt.pipeline.records: no machine's paths
+        run=portable_run(run, plan.train.root.parent.parent),
         checkpoint=checkpoint_ref(ckpt, plan.train.root.parent),  # the cache key, not this machine's path
         checkpoint_step=meta["step"],
         # the state's sha256 and the training data's digest: the same configuration pre-trained on another machine can
