@@ -10,8 +10,10 @@ from ttt.pipeline.keys import record_ttgs_path
 
 from .records import ROOT
 
-# Run keys that do not change a record's numbers (labels, chunking), left out of the reconstructed command.
-_NO_EFFECT = {"group", "paper", "paper_se", "paper_ref", "chunk", "train_chunk", "figure", "grid", "driver", "bucket"}
+# Run keys left out of the reconstructed command: those that do not change a record's numbers (labels, chunking), and
+# `expert`, a file path whose format may change under the record (the data it generated are known by their digest).
+_NO_EFFECT = {"group", "paper", "paper_se", "paper_ref", "chunk", "train_chunk", "figure", "grid", "driver", "bucket",
+              "expert"}
 
 
 def command(path: Path, d: dict) -> str:

@@ -1,17 +1,12 @@
-"""Tables of the speed benchmarks (throughput, latency, growth, scale_out) from their JSON files, written to
-benchmarks/results/speed/speed.md and into benchmarks/RESULTS.md between the `<!-- speed -->` markers.
-
-Usage: python benchmarks/speed/speed_report.py [--dir benchmarks/results/speed]
-"""
+"""Speed kind: the tables of the speed benchmarks (throughput, latency, growth, scale-out) from their records, each
+named in the declaration (``files``: table name -> record, ``OUT/NAME.json`` under benchmarks/results/). Each table
+names the command, the machine (CPU model and cores as the record holds them) and what was timed."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-from pathlib import Path
 
-
+from .records import RES
 def f(x, d=2):
     return "-" if x is None else f"{x:.{d}f}"
 
@@ -145,33 +140,12 @@ def scale_out(doc) -> list[str]:
     return out + [""]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path("benchmarks/results/speed"))
-    args = ap.parse_args()
-    md: list[str] = []
+def tables(decl: dict) -> str:
+    """Every declared table, in the order declared (``files``)."""
     same25 = lambda d: throughput(d, "### The same 25 episodes through all three drivers")  # noqa: E731
-    for name, fn in (
-        ("throughput25", same25),
-        ("throughput", throughput),
-        ("latency", latency),
-        ("growth", growth),
-        ("scale_out", scale_out),
-    ):
-        p = args.dir / f"{name}.json"
-        if p.exists():
-            md += fn(json.loads(p.read_text()))
-    text = "\n".join(md)
-    (args.dir / "speed.md").write_text(text)
-    res = Path("benchmarks/RESULTS.md")
-    s = res.read_text()
-    a, b = "<!-- speed -->", "<!-- /speed -->"
-    if a in s and b in s:
-        s = s[: s.index(a) + len(a)] + "\n" + text + "\n" + s[s.index(b) :]
-        res.write_text(s)
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    kinds = {"throughput25": same25, "throughput": throughput, "latency": latency, "growth": growth,
+             "scale_out": scale_out}  # fmt: skip
+    md: list[str] = []
+    for name, rel in decl["files"].items():
+        md += kinds[name](json.loads((RES / rel).read_text()))
+    return "\n".join(md).rstrip()
