@@ -23,7 +23,7 @@
 #               TABLE1_SETS: 512x3, batch 1024, GPU_QUEUE_STEPS updates, 3 seeds, 150 episodes; ANT_GROUPS), the
 #               paper's largest GC-IQL antmaze gain (0.24 -> 0.68), which the cpu profile reproduces at 100k (0.09 ->
 #               0.39); SAW on antmaze ran on the CPU (sessions 27-29). The data stage generates the antmaze data on
-#               the device with the committed ant expert (benchmarks/results/expert/ant-1m.pkl); records in
+#               the device with the committed ant expert (benchmarks/results/expert/ant-1m.npz); records in
 #               table1-antmaze/.
 # The device tool runs one command for at most 10 minutes, so the queue runs in calls: each call does the next
 # steps within BUDGET_S and packs what it wrote into $OUT/results.tgz; queue.json (which travels with the working

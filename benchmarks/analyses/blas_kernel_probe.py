@@ -42,7 +42,7 @@ def main() -> None:
     from ttt.data.generate import generate_episodes
     from ttt.data.specs import get_spec
 
-    expert = NumpyExpert(load_actor(ROOT / "benchmarks" / "results" / "expert" / "ant-1m.pkl")[0])
+    expert = NumpyExpert(load_actor(ROOT / "benchmarks" / "results" / "expert" / "ant-1m.npz")[0])
     arr = generate_episodes(get_spec("antmaze-medium-navigate-v0"), 0, 0, range(args.episodes), expert=expert)
     print(f"kernel: {blas_kernel()}")
     for k in sorted(arr):

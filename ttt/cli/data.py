@@ -28,7 +28,7 @@ def data() -> None:
 )
 @click.option("--workers", type=int, default=None, help="Worker processes (default: all cores).")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
-@click.option("--expert", type=str, default=None, help="antmaze: the ant expert (`ttt expert train ant`'s expert.pkl).")
+@click.option("--expert", type=str, default=None, help="antmaze: the ant expert (`ttt expert train ant`'s expert.npz).")
 def data_generate(name, episodes, seed, directory, workers, force, expert):
     """Generate NAME.npz and NAME-val.npz in OGBench's format."""
     from ttt.data.files import check

@@ -1,26 +1,31 @@
-"""The ant locomotion expert that OGBench's antmaze datasets are generated with, trained here with our SAC.
+"""The locomotion experts that OGBench's antmaze and humanoidmaze datasets are generated with, trained here with
+our SAC.
 
-OGBench (``data_gen_scripts/main_sac.py --env_name=online-ant-xy-v0 --train_steps=400000``) trains SAC on
-``online-ant-v0`` (OGBench's ant: restricted joint ranges, 10 Hz control, 1000-step episodes, terminated when
-the torso height leaves [0.2, 1.0]) wrapped by ``GymXYWrapper``: the observation is the ant's ``qpos[2:]`` and
-``qvel`` (27 numbers) followed by a random unit direction ``z`` (2 numbers), redrawn at reset and every 100
-steps, and the reward is the torso's xy displacement along ``z`` in that step (nothing else). This module
-holds that environment (``DirectionalAnt``, host MuJoCo), the host training loop (``train_expert``: the
-environment on the host, everything else one jitted call per step, see ``ttt.data.sac.make_train_step``),
+OGBench (``data_gen_scripts/main_sac.py``) trains SAC on ``online-ant-v0`` / ``online-humanoid-v0`` wrapped for
+direction following: the observation is the robot's state without its xy position, followed by a random unit
+direction ``z`` (2 numbers), redrawn at reset and every ``resample_interval`` steps (ant 100, humanoid 200); the
+ant's reward is the torso's xy displacement along ``z`` (``GymXYWrapper``), the humanoid's is the DeepMind Control
+stand reward times ``1 + 100 * displacement . z`` (``DMCHumanoidXYWrapper``: it must get up from lying and walk).
+``ROBOTS`` declares both, with the recipe each is trained with here (``docs/datasets.md`` says why).
+
+This module holds that environment (``DirectionalRobot``, host MuJoCo), the host training loop (``train_expert``:
+the environment on the host, everything else one jitted call per step, see ``ttt.data.sac.make_train_step``),
 checkpoints that resume exactly, the deterministic evaluation (``evaluate_expert``), and a NumPy copy of the
 deterministic actor (``NumpyExpert``) for data-generation workers that should not start JAX.
 
-Checkpoints are written at the end of an episode once ``checkpoint_every`` steps have passed since the last
-one: the agent, the optimiser, the replay buffer, the key, the environment's random state and the ant's
-initial state of the next episode, so a resumed run continues the same run (the same numbers as an
-uninterrupted one, up to floating-point reduction order).
+Files are ``.npz`` archives of plain numeric arrays plus one JSON document (``doc``), read with
+``np.load(allow_pickle=False)``: an expert handed to ``ttt data generate`` cannot run code. Checkpoints are written
+at the end of an episode once ``checkpoint_every`` steps have passed since the last one: the agent, the optimiser,
+the replay buffer, the key, the environment's random state and the robot's initial state of the next episode, so a
+resumed run continues the same run (the same numbers as an uninterrupted one, up to floating-point reduction order).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import json
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,19 +37,54 @@ import numpy as np
 from ttt.data.sac import Replay, SACConfig, TanhGaussianActor, TrainCarry, init_sac, make_train_step
 from ttt.envs.gym import make_gym_env, oracle_direction, quiet, seed_env, upside_down
 from ttt.errors import TttError
-from ttt.storage import atomic_write_pickle, atomic_write_text, dumps
+from ttt.storage import atomic_write_bytes, atomic_write_text, dumps
 
-ANT_OBS_DIM = 29  # qpos[2:] (13) + qvel (14) + direction (2)
-ANT_ACTION_DIM = 8
-CKPT_NAME = "checkpoint.pkl"
+CKPT_NAME = "checkpoint.npz"
+EXPERT_NAME = "expert.npz"
+FORMAT = 2  # .npz + JSON (format 1, before ttt 0.2, was a pickle and is not read)
 
 
-def _make_ant():
+@dataclasses.dataclass(frozen=True)
+class Robot:
+    """A direction-following locomotion task and the recipe its expert is trained with here."""
+
+    name: str
+    env_id: str  # OGBench's online environment
+    obs_dim: int  # the robot's observation without xy, plus the direction (2)
+    action_dim: int
+    resample_interval: int  # steps between directions (OGBench: ant 100, humanoid 200)
+    maze: str  # the maze whose oracle test `ttt expert eval` runs by default
+    recipe: SACConfig  # what `ttt expert train ROBOT` trains with
+    steps: int  # default environment steps
+    checkpoint_every: int  # default steps between checkpoints
+
+
+ROBOTS = {
+    # OGBench's ant recipe unchanged (`main_sac.py --env_name=online-ant-xy-v0`).
+    "ant": Robot("ant", "online-ant-v0", 29, 8, 100, "antmaze-medium-v0", SACConfig(), 400_000, 20_000),
+    # OGBench's humanoid recipe (LayerNorm critics, the mean of the two critics, one update every 4 steps) with
+    # critics of 256x2 instead of 1024x3: an update is 12x cheaper on one CPU core (docs/datasets.md).
+    "humanoid": Robot(
+        "humanoid",
+        "online-humanoid-v0",
+        69,
+        21,
+        200,
+        "humanoidmaze-medium-v0",
+        SACConfig(value_hidden_dims=(256, 256), layer_norm=True, min_q=False, train_interval=4),
+        2_000_000,
+        100_000,
+    ),
+}
+ANT_OBS_DIM, ANT_ACTION_DIM = ROBOTS["ant"].obs_dim, ROBOTS["ant"].action_dim
+
+
+def _make_env(env_id: str):
     quiet()
     import gymnasium
-    import ogbench.online_locomotion  # noqa: F401  (registers online-ant-v0)
+    import ogbench.online_locomotion  # noqa: F401  (registers online-ant-v0, online-humanoid-v0)
 
-    return gymnasium.make("online-ant-v0")
+    return gymnasium.make(env_id)
 
 
 def unit_direction(rng: np.random.Generator) -> np.ndarray:
@@ -53,33 +93,62 @@ def unit_direction(rng: np.random.Generator) -> np.ndarray:
     return z / np.linalg.norm(z)
 
 
-class DirectionalAnt:
-    """``online-ant-v0`` with OGBench's direction-following wrapper (``GymXYWrapper``, resample 100).
+# The humanoid counts as up once its head is above UP_HEIGHT and as fallen when it then drops below DOWN_HEIGHT
+# (OGBench's stand reward is full from a head height of 1.4 m; lying, the head is below 0.3 m). It starts each
+# episode in the air in a random pose and drops in about 0.6 s: the first SETTLE_STEPS (1 s) count neither way.
+UP_HEIGHT, DOWN_HEIGHT, SETTLE_STEPS = 1.2, 0.8, 40
 
-    ``reset() -> obs``; ``step(action) -> (obs, reward, terminated, truncated)``. The observation is the ant's
-    27 numbers followed by ``z``; the reward is ``(xy_after - xy_before) . z`` with ``xy = qpos[:2]`` and the
-    ``z`` in force during the step; ``z`` is redrawn after every ``resample_interval`` steps. All randomness
-    (reset noise, directions) comes from ``rng``, so a seed fixes the whole stream.
+
+def humanoid_up(up: bool, head_height: float, step: int) -> tuple[bool, bool]:
+    """The humanoid's state after a step: ``(up, fell)`` from the state before, its head height and the number of
+    steps taken in the episode (``UP_HEIGHT``, ``DOWN_HEIGHT``, ``SETTLE_STEPS``)."""
+    if step <= SETTLE_STEPS:
+        return False, False
+    if head_height >= UP_HEIGHT:
+        return True, False
+    if up and head_height < DOWN_HEIGHT:
+        return False, True
+    return up, False
+
+
+class DirectionalRobot:
+    """A robot's online environment with OGBench's direction-following wrapper.
+
+    ``reset() -> obs``; ``step(action) -> (obs, reward, terminated, truncated)``. The observation is the robot's
+    own followed by ``z``; the reward is OGBench's wrapper's (module docstring), with the ``z`` in force during the
+    step; ``z`` is redrawn after every ``resample_interval`` steps. All randomness (reset noise, directions) comes
+    from ``rng``, so a seed fixes the whole stream. Per episode it counts ``progress`` (the displacement along
+    ``z``, summed), ``falls`` (the ant: terminated; the humanoid: ``humanoid_up``) and ``up_steps`` (steps the
+    robot is up: the ant until it terminates, the humanoid as ``humanoid_up``).
     """
 
-    obs_dim = ANT_OBS_DIM
-    action_dim = ANT_ACTION_DIM
-
-    def __init__(self, rng: np.random.Generator, resample_interval: int = 100, env=None):
-        self.env = _make_ant() if env is None else env
+    def __init__(self, robot: Robot | str, rng: np.random.Generator, resample_interval: int | None = None, env=None):
+        self.robot = ROBOTS[robot] if isinstance(robot, str) else robot
+        self.obs_dim, self.action_dim = self.robot.obs_dim, self.robot.action_dim
+        self.env = _make_env(self.robot.env_id) if env is None else env
         self.rng = rng
-        self.resample_interval = resample_interval
+        self.resample_interval = resample_interval or self.robot.resample_interval
+        self.humanoid = self.robot.name == "humanoid"
         self.z = np.zeros(2)
         self.steps = 0
+        self._episode_stats()
 
     @property
     def mj(self):
         return self.env.unwrapped
 
+    def _episode_stats(self) -> None:
+        self.progress, self.falls, self.up_steps = 0.0, 0, 0
+        self.up = not self.humanoid  # the humanoid starts lying
+
+    def head_height(self) -> float:
+        return float(self.mj.data.xpos[2, 2]) if self.humanoid else float("nan")
+
     def reset(self) -> np.ndarray:
         ob, _ = self.env.reset(seed=int(self.rng.integers(2**31 - 1)))
         self.z = unit_direction(self.rng)
         self.steps = 0
+        self._episode_stats()
         return np.concatenate([ob, self.z])
 
     def snapshot(self) -> dict:
@@ -94,21 +163,47 @@ class DirectionalAnt:
     def restore(self, snap: dict) -> np.ndarray:
         """Start the episode a ``snapshot`` was taken at (used when resuming); returns its observation."""
         self.env.reset(seed=0)
-        self.mj.set_state(snap["qpos"], snap["qvel"])
+        self.mj.set_state(np.asarray(snap["qpos"], np.float64), np.asarray(snap["qvel"], np.float64))
         self.rng.bit_generator.state = snap["rng_state"]
         self.z = np.asarray(snap["z"], np.float64)
         self.steps = 0
+        self._episode_stats()
         return np.concatenate([self.mj._get_obs(), self.z])
+
+    def _humanoid_reward(self, moved: float) -> float:
+        from ogbench.online_locomotion.humanoid import tolerance
+
+        head_height = self.mj.data.xpos[2, 2]
+        torso_upright = self.mj.data.xmat[1, 8]
+        standing = tolerance(head_height, bounds=(1.4, float("inf")), margin=1.4 / 4)
+        upright = tolerance(torso_upright, bounds=(0.9, float("inf")), margin=1.9, sigmoid="linear", value_at_margin=0)
+        return float(standing * upright * (1 + moved * 100))
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool]:
         before = self.mj.data.qpos[:2].copy()
         ob, _, terminated, truncated, _ = self.env.step(action)
         after = self.mj.data.qpos[:2].copy()
-        reward = float((after - before) @ self.z)
+        moved = float((after - before) @ self.z)
+        reward = self._humanoid_reward(moved) if self.humanoid else moved
+        self.progress += moved
         self.steps += 1
+        if self.humanoid:
+            self.up, fell = humanoid_up(self.up, self.head_height(), self.steps)
+            self.falls += int(fell)
+            self.up_steps += int(self.up)
+        else:
+            self.falls += int(terminated)
+            self.up_steps += int(not terminated)
         if self.steps % self.resample_interval == 0:
             self.z = unit_direction(self.rng)
         return np.concatenate([ob, self.z]), reward, bool(terminated), bool(truncated)
+
+
+class DirectionalAnt(DirectionalRobot):
+    """``online-ant-v0`` with OGBench's ``GymXYWrapper`` (resample 100): ``DirectionalRobot("ant", ...)``."""
+
+    def __init__(self, rng: np.random.Generator, resample_interval: int = 100, env=None):
+        super().__init__("ant", rng, resample_interval, env)
 
 
 @dataclasses.dataclass
@@ -118,24 +213,67 @@ class TrainLog:
     step: int = 0
     episodes: int = 0
     falls: int = 0
-    returns: list = dataclasses.field(default_factory=list)  # (step, return, length, fell) per episode
+    # (step, return, length, falls, progress along z, fraction of steps up) per episode
+    returns: list = dataclasses.field(default_factory=list)
     wall: float = 0.0  # seconds of training, over every session
 
     def recent_return(self, n: int = 10) -> float:
         r = [x[1] for x in self.returns[-n:]]
         return float(np.mean(r)) if r else float("nan")
 
+    def to_json(self) -> dict:
+        return dict(step=self.step, episodes=self.episodes, falls=self.falls, wall=self.wall,
+                    returns=[list(r) for r in self.returns])  # fmt: skip
 
-def _read_pickle(path: Path) -> dict:
-    """A file written by this module; anything else is a one-line error."""
+    @staticmethod
+    def from_json(doc: dict) -> TrainLog:
+        rows = [tuple(r) for r in doc["returns"]]
+        return TrainLog(int(doc["step"]), int(doc["episodes"]), int(doc["falls"]), rows, float(doc["wall"]))
+
+
+CSV_HEADER = "step,episode,return,length,falls,progress,up\n"
+MAX_EXPERT_BYTES = 64 * 2**20  # an actor file (the humanoid's 256x2 actor is 0.4 MB)
+MAX_CHECKPOINT_BYTES = 16 * 2**30  # a training checkpoint (a full 1M-row humanoid replay is 0.7 GB)
+
+
+def _write_npz(path: Path, arrays: dict[str, np.ndarray], doc: dict) -> None:
+    """``arrays`` and the JSON document ``doc`` as one ``.npz`` archive, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {k: np.asarray(v, order="C") for k, v in arrays.items()}  # (ascontiguousarray makes 0-d 1-d)
+    payload["doc"] = np.asarray(json.dumps(dict(doc, format=FORMAT)))
+    atomic_write_bytes(path, lambda f: np.savez(f, **payload))
+
+
+def _read_npz(path: Path, kinds: tuple[str, ...], max_bytes: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """The JSON document and the arrays of a file written by ``_write_npz`` whose ``doc['kind']`` is one of
+    ``kinds``; anything else (a pickle, another archive, a truncated file) is a one-line ``TttError``."""
+    what = f"{str(path)[:200]!r} is not a file written by `ttt expert train`"
+    if not path.is_file():
+        raise TttError(f"{what} (not a regular file)")
+    if path.stat().st_size > max_bytes:
+        raise TttError(f"{what} (larger than {max_bytes >> 20} MiB)")
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic[:1] == b"\x80" or path.suffix == ".pkl":
+        raise TttError(f"{what}: expert files are .npz since ttt 0.2 (pickles can run code); retrain, or convert "
+                       "one you trust as docs/datasets.md says")  # fmt: skip
     try:
-        with open(path, "rb") as f:
-            doc = pickle.load(f)
-    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, ImportError, IndexError) as e:
-        raise TttError(f"{path} is not a file written by `ttt expert train` ({type(e).__name__}: {e})") from None
-    if not isinstance(doc, dict):
-        raise TttError(f"{path} is not a file written by `ttt expert train`")
-    return doc
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        doc = json.loads(str(arrays.pop("doc")))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as e:
+        raise TttError(f"{what} ({type(e).__name__}: {str(e)[:200]!r})") from None
+    if not isinstance(doc, dict) or doc.get("kind") not in kinds or doc.get("format") != FORMAT:
+        raise TttError(f"{what} (expected one of: {', '.join(kinds)})")
+    for k, v in arrays.items():
+        if v.dtype.kind not in "biuf" or v.dtype.fields is not None:
+            raise TttError(f"{what} (array {k!r} has dtype {v.dtype})")
+    return doc, arrays
+
+
+def _leaves(arrays: dict[str, np.ndarray], prefix: str) -> list[np.ndarray]:
+    n = sum(1 for k in arrays if k.startswith(prefix))
+    return [arrays[f"{prefix}{i}"] for i in range(n)]
 
 
 def _to_numpy(tree):
@@ -146,47 +284,46 @@ def _is_key(x) -> bool:
     return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def save_actor(path: Path, actor: TanhGaussianActor, cfg: SACConfig, meta: dict) -> None:
+def save_actor(path: Path, actor: TanhGaussianActor, cfg: SACConfig, meta: dict, robot: str | None = None) -> None:
     """The expert's actor alone (what data generation needs), with its config and training record."""
     leaves = [np.asarray(x) for x in jax.tree.leaves(eqx.filter(actor, eqx.is_array))]
     obs_dim, action_dim = actor.trunk.layers[0].weight.shape[0], actor.mean_head.weight.shape[1]
-    doc = dict(
-        kind="ant-expert",
-        cfg=dataclasses.asdict(cfg),
-        leaves=leaves,
-        meta=meta,
-        obs_dim=obs_dim,
-        action_dim=action_dim,
-    )
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_pickle(Path(path), doc)
+    robot = robot or next((r.name for r in ROBOTS.values() if (r.obs_dim, r.action_dim) == (obs_dim, action_dim)), None)
+    doc = dict(kind="expert", robot=robot, cfg=dataclasses.asdict(cfg), meta=meta, obs_dim=obs_dim,
+               action_dim=action_dim)  # fmt: skip
+    _write_npz(Path(path), {f"leaf{i}": x for i, x in enumerate(leaves)}, doc)
 
 
 def load_actor(path: str | Path) -> tuple[TanhGaussianActor, SACConfig, dict]:
-    """An expert actor saved by ``save_actor`` (or the actor of a training checkpoint)."""
+    """An expert actor saved by ``save_actor`` (``expert.npz``), or the actor of a training checkpoint, or the
+    expert in a run folder. ``meta`` holds the training record and ``robot``."""
     path = Path(path)
     if path.is_dir():
-        path = path / "expert.pkl" if (path / "expert.pkl").exists() else path / CKPT_NAME
+        path = path / EXPERT_NAME if (path / EXPERT_NAME).exists() else path / CKPT_NAME
     if not path.exists():
-        raise TttError(f"no expert at {path}: train one with `ttt expert train ant --out DIR`")
-    doc = _read_pickle(path)
-    if doc.get("kind") == "ant-expert-checkpoint":
-        dims = {k: doc["host"][k] for k in ("obs_dim", "action_dim") if k in doc["host"]}
-        doc = dict(cfg=doc["cfg"], leaves=doc["actor_leaves"], meta=dict(step=doc["log"].step), **dims)
-    elif doc.get("kind") != "ant-expert":
-        raise TttError(f"{path} is not an ant expert (expert.pkl or checkpoint.pkl from `ttt expert train`)")
-    cfg = SACConfig(**doc["cfg"])
-    obs_dim, action_dim = doc.get("obs_dim", ANT_OBS_DIM), doc.get("action_dim", ANT_ACTION_DIM)
+        raise TttError(f"no expert at {str(path)[:200]!r}: train one with `ttt expert train ROBOT --out DIR`")
+    doc, arrays = _read_npz(path, ("expert", "expert-checkpoint"), MAX_CHECKPOINT_BYTES)
+    try:
+        cfg = SACConfig(**doc["cfg"])
+        obs_dim, action_dim = int(doc["obs_dim"]), int(doc["action_dim"])
+        if not (0 < obs_dim <= 4096 and 0 < action_dim <= 256 and all(0 < w <= 8192 for w in cfg.actor_hidden_dims)):
+            raise ValueError("sizes out of range")
+    except (KeyError, TypeError, ValueError) as e:
+        raise TttError(f"{str(path)[:200]!r}: its settings are not an expert's ({type(e).__name__})") from None
     like = TanhGaussianActor(
         jax.random.key(0), obs_dim, action_dim, cfg.actor_hidden_dims, final_init_scale=cfg.actor_fc_scale
     )
-    arrays, static = eqx.partition(like, eqx.is_array)
-    leaves, treedef = jax.tree.flatten(arrays)
-    shapes = [np.shape(x) for x in doc["leaves"]]
-    if [a.shape for a in leaves] != shapes:
-        raise TttError(f"{path}: the saved actor does not match a {cfg.actor_hidden_dims} actor")
-    actor = eqx.combine(jax.tree.unflatten(treedef, [jnp.asarray(x) for x in doc["leaves"]]), static)
-    return actor, cfg, doc["meta"]
+    params, static = eqx.partition(like, eqx.is_array)
+    want, treedef = jax.tree.flatten(params)
+    if doc["kind"] == "expert":
+        got, meta = _leaves(arrays, "leaf"), dict(doc.get("meta", {}), robot=doc.get("robot"))
+    else:  # the actor's leaves lead the agent's (SACParams.actor first)
+        got = _leaves(arrays, "sac")[: len(want)]
+        meta = dict(step=doc["log"]["step"], seed=doc["host"]["seed"], robot=doc["host"].get("robot"))
+    if [a.shape for a in want] != [np.shape(x) for x in got] or any(x.dtype != np.float32 for x in got):
+        raise TttError(f"{str(path)[:200]!r}: the saved actor does not match a {cfg.actor_hidden_dims} actor")
+    actor = eqx.combine(jax.tree.unflatten(treedef, [jnp.asarray(x) for x in got]), static)
+    return actor, cfg, meta
 
 
 def blas_kernel() -> str | None:
@@ -246,42 +383,45 @@ class NumpyExpert:
         return np.tanh(h @ self.mean_w + self.mean_b)
 
 
-def _checkpoint_doc(carry: TrainCarry, cfg: SACConfig, log: TrainLog, host: dict) -> dict:
-    n = int(carry.replay.size)
-    replay = {
-        k: np.asarray(getattr(carry.replay, k)[:n])
-        for k in ("observations", "actions", "rewards", "masks", "next_observations")
-    }
-    sac_leaves = [np.array(x, copy=True) for x in jax.tree.leaves(carry.sac)]  # copies: the next step donates
-    actor_leaves = [np.array(x, copy=True) for x in jax.tree.leaves(eqx.filter(carry.sac.params.actor, eqx.is_array))]
-    return dict(
-        kind="ant-expert-checkpoint",
-        cfg=dataclasses.asdict(cfg),
-        sac_leaves=sac_leaves,
-        actor_leaves=actor_leaves,
-        replay=replay,
-        key=np.asarray(jax.random.key_data(carry.key)),
-        log=log,
-        host=host,
-    )
+REPLAY_FIELDS = ("observations", "actions", "rewards", "masks", "next_observations")
 
 
-def _restore_carry(doc: dict, cfg: SACConfig, capacity: int, obs_dim: int, action_dim: int) -> TrainCarry:
+def _write_checkpoint(path: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, host: dict) -> None:
+    size = int(carry.replay.size)
+    rows = min(size, carry.replay.rewards.shape[0])  # the buffer is full once it has wrapped
+    arrays = {f"replay_{k}": np.asarray(getattr(carry.replay, k)[:rows]) for k in REPLAY_FIELDS}
+    arrays.update({f"sac{i}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(carry.sac))})
+    arrays["key"] = np.asarray(jax.random.key_data(carry.key))
+    host = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in host.items()}
+    doc = dict(kind="expert-checkpoint", cfg=dataclasses.asdict(cfg), log=log.to_json(), host=host,
+               replay_size=size)  # fmt: skip
+    _write_npz(path, arrays, doc)
+
+
+def _restore_carry(doc: dict, arrays: dict, cfg: SACConfig, capacity: int, obs_dim: int, action_dim: int):
     like = init_sac(jax.random.key(0), obs_dim, action_dim, cfg)
     leaves, treedef = jax.tree.flatten(like)
-    if len(leaves) != len(doc["sac_leaves"]):
+    saved = _leaves(arrays, "sac")
+    if [np.shape(x) for x in leaves] != [x.shape for x in saved]:
         raise TttError("the checkpoint does not match this SAC configuration")
-    sac = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in doc["sac_leaves"]])
+    sac = jax.tree.unflatten(treedef, [jnp.asarray(x, a.dtype) for x, a in zip(saved, leaves, strict=True)])
     replay = Replay.empty(capacity, obs_dim, action_dim)
-    n = len(doc["replay"]["rewards"])
+    rows = len(arrays["replay_rewards"])
     replay = Replay(
-        *(
-            getattr(replay, k).at[:n].set(jnp.asarray(doc["replay"][k]))
-            for k in ("observations", "actions", "rewards", "masks", "next_observations")
-        ),
-        jnp.asarray(n, jnp.int32),
+        *(getattr(replay, k).at[:rows].set(jnp.asarray(arrays[f"replay_{k}"])) for k in REPLAY_FIELDS),
+        jnp.asarray(int(doc["replay_size"]), jnp.int32),
     )
-    return TrainCarry(sac, replay, jax.random.wrap_key_data(jnp.asarray(doc["key"])))
+    return TrainCarry(sac, replay, jax.random.wrap_key_data(jnp.asarray(arrays["key"])))
+
+
+def _same_cfg(saved: dict, cfg: SACConfig) -> bool:
+    """Whether a saved config is ``cfg`` (settings added since default as they were; steps aside)."""
+    try:
+        was = dataclasses.asdict(SACConfig(**saved))
+    except TypeError:
+        return False
+    now = dataclasses.asdict(cfg)
+    return {k: v for k, v in was.items() if k != "total_steps"} == {k: v for k, v in now.items() if k != "total_steps"}
 
 
 def train_expert(
@@ -292,26 +432,29 @@ def train_expert(
     cfg: SACConfig | None = None,
     checkpoint_every: int = 20_000,
     progress: Callable[[TrainLog, float], None] | None = None,
-    env_factory: Callable[[np.random.Generator], DirectionalAnt] | None = None,
+    env_factory: Callable[[np.random.Generator], DirectionalRobot] | None = None,
     stop_after_s: float | None = None,
+    robot: str = "ant",
 ) -> TrainLog:
-    """Train (or resume) the ant expert in ``out`` for ``steps`` environment steps in all.
+    """Train (or resume) ``robot``'s expert in ``out`` for ``steps`` environment steps in all.
 
-    ``env_factory(rng)`` makes the environment (default: ``DirectionalAnt``); any object with ``obs_dim``,
-    ``action_dim``, ``reset``, ``step``, ``snapshot`` and ``restore`` as ``DirectionalAnt`` will do.
+    ``cfg`` defaults to the robot's recipe (``ROBOTS``). ``env_factory(rng)`` makes the environment (default:
+    ``DirectionalRobot(robot, rng)``); any object with ``obs_dim``, ``action_dim``, ``reset``, ``step``,
+    ``snapshot`` and ``restore`` will do.
 
-    Writes ``out/checkpoint.pkl`` (resumable state), ``out/train.csv`` (one line per episode) and, when done,
-    ``out/expert.pkl`` (the actor). ``progress(log, steps_per_s)`` is called every 1000 steps.
-    ``stop_after_s`` checkpoints and returns after that many seconds (at the next episode end).
+    Writes ``out/checkpoint.npz`` (resumable state), ``out/train.csv`` (one line per episode), the actor at every
+    checkpoint (``out/actors/actor-STEP.npz``) and, when done, ``out/expert.npz`` (the actor).
+    ``progress(log, steps_per_s)`` is called every 1000 steps. ``stop_after_s`` checkpoints and returns after that
+    many seconds (at the next episode end).
     """
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise TttError(f"cannot use {out} as the run directory ({e.strerror}); give a directory") from None
-    cfg = dataclasses.replace(cfg or SACConfig(), total_steps=steps)
+    cfg = dataclasses.replace(cfg or ROBOTS[robot].recipe, total_steps=steps)
     capacity = min(cfg.replay_size, steps)
-    make_env = env_factory or (lambda rng: DirectionalAnt(rng))
+    make_env = env_factory or (lambda rng: DirectionalRobot(robot, rng))
     ckpt = out / CKPT_NAME
     csv = out / "train.csv"
     env = make_env(np.random.default_rng(np.random.SeedSequence([seed, 1])))
@@ -322,19 +465,16 @@ def train_expert(
     if done_log is not None:  # already trained this far: nothing to do
         return done_log
     if ckpt.exists():
-        doc = _read_pickle(ckpt)
-        if doc.get("kind") != "ant-expert-checkpoint":
-            raise TttError(f"{ckpt} is not an ant expert checkpoint")
-        saved = {k: v for k, v in doc["cfg"].items() if k != "total_steps"}
-        now = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "total_steps"}
-        if saved != now or doc["host"]["seed"] != seed:
+        doc, arrays = _read_npz(ckpt, ("expert-checkpoint",), MAX_CHECKPOINT_BYTES)
+        if not _same_cfg(doc["cfg"], cfg) or doc["host"]["seed"] != seed:
             raise TttError(f"{ckpt} was trained with other settings (seed {doc['host']['seed']}); use another --out")
-        capacity = max(capacity, len(doc["replay"]["rewards"]))
-        carry = _restore_carry(doc, cfg, capacity, obs_dim, action_dim)
-        log: TrainLog = doc["log"]
+        capacity = max(capacity, len(arrays["replay_rewards"]))
+        carry = _restore_carry(doc, arrays, cfg, capacity, obs_dim, action_dim)
+        del arrays
+        log = TrainLog.from_json(doc["log"])
         host = doc["host"]
         obs = env.restore(host)
-        action = np.asarray(host["action"])
+        action = np.asarray(host["action"], np.float64)
         if csv.exists():  # episodes logged after the checkpoint are run again: drop their lines
             lines = csv.read_text().splitlines()
             kept = [lines[0]] + [ln for ln in lines[1:] if int(ln.split(",")[0]) <= log.step]
@@ -348,10 +488,10 @@ def train_expert(
         log = TrainLog()
         obs = env.reset()
         action = env.rng.uniform(-1.0, 1.0, action_dim)
-        host = dict(seed=seed, capacity=capacity, obs_dim=obs_dim, action_dim=action_dim)
+        host = dict(seed=seed, capacity=capacity, obs_dim=obs_dim, action_dim=action_dim, robot=robot)
 
     if log.step >= steps:
-        _finish(out, carry, cfg, log, seed)
+        _finish(out, carry, cfg, log, seed, robot)
         return log
 
     arrays, static = eqx.partition(carry, eqx.is_array)
@@ -362,7 +502,7 @@ def train_expert(
 
     step_jit = jax.jit(_step, donate_argnums=(0,))
     if not csv.exists():
-        csv.write_text("step,episode,return,length,fell\n")
+        csv.write_text(CSV_HEADER)
     ep_return, ep_len = 0.0, 0
     last_ckpt = log.step
     t0, t_last, s_last = time.perf_counter(), time.perf_counter(), log.step
@@ -371,6 +511,10 @@ def train_expert(
     while log.step < steps:
         next_obs, reward, terminated, truncated = env.step(action)
         done = terminated or truncated
+        if done:  # the episode's counts, before a reset clears them (a bare test environment has none)
+            falls = getattr(env, "falls", int(terminated))
+            moved = getattr(env, "progress", 0.0)
+            up = getattr(env, "up_steps", ep_len + 1)
         reset_obs = env.reset() if done else zero_obs
         arrays, a, _, _ = step_jit(
             arrays,
@@ -389,10 +533,10 @@ def train_expert(
         obs = reset_obs if done else next_obs
         if done:
             log.episodes += 1
-            log.falls += int(terminated)
-            log.returns.append((log.step, ep_return, ep_len, bool(terminated)))
+            log.falls += int(falls)
+            log.returns.append((log.step, ep_return, ep_len, int(falls), float(moved), up / ep_len))
             with open(csv, "a") as f:
-                f.write(f"{log.step},{log.episodes},{ep_return:.4f},{ep_len},{int(terminated)}\n")
+                f.write(f"{log.step},{log.episodes},{ep_return:.4f},{ep_len},{falls},{moved:.4f},{up / ep_len:.4f}\n")
             ep_return, ep_len = 0.0, 0
             elapsed = time.perf_counter() - t0
             if (
@@ -403,8 +547,8 @@ def train_expert(
                 log.wall = wall0 + elapsed
                 host.update(env.snapshot(), action=action.copy())  # the next episode's start
                 carry = eqx.combine(arrays, static)
-                atomic_write_pickle(ckpt, _checkpoint_doc(carry, cfg, log, host))
-                _snapshot_actor(out, carry, cfg, log, seed)
+                _write_checkpoint(ckpt, carry, cfg, log, host)
+                _snapshot_actor(out, carry, cfg, log, seed, robot)
                 last_ckpt = log.step
                 if stop_after_s is not None and elapsed >= stop_after_s:
                     break
@@ -414,13 +558,13 @@ def train_expert(
             t_last, s_last = now, log.step
     carry = eqx.combine(arrays, static)
     if log.step >= steps:
-        _finish(out, carry, cfg, log, seed)
+        _finish(out, carry, cfg, log, seed, robot)
     return log
 
 
-def _snapshot_actor(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int) -> None:
-    """The actor at this checkpoint as ``out/actors/actor-STEP.pkl`` (0.3 MB), to evaluate and choose among."""
-    save_actor(out / "actors" / f"actor-{log.step:07d}.pkl", carry.sac.params.actor, cfg, _meta(log, seed))
+def _snapshot_actor(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int, robot: str) -> None:
+    """The actor at this checkpoint as ``out/actors/actor-STEP.npz``, to evaluate and choose among."""
+    save_actor(out / "actors" / f"actor-{log.step:08d}.npz", carry.sac.params.actor, cfg, _meta(log, seed), robot)
 
 
 def _meta(log: TrainLog, seed: int) -> dict:
@@ -434,38 +578,28 @@ def _meta(log: TrainLog, seed: int) -> dict:
     )
 
 
-def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int) -> None:
-    save_actor(out / "expert.pkl", carry.sac.params.actor, cfg, _meta(log, seed))
-    _snapshot_actor(out, carry, cfg, log, seed)  # the last one too (training may stop mid-episode)
-
-
-def _checkpoint_seed(out: Path) -> int | None:
-    """The seed of the run in ``out`` (for experts saved before their meta held it)."""
-    return _read_pickle(out / CKPT_NAME)["host"]["seed"] if (out / CKPT_NAME).exists() else None
+def _finish(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int, robot: str) -> None:
+    save_actor(out / EXPERT_NAME, carry.sac.params.actor, cfg, _meta(log, seed), robot)
+    _snapshot_actor(out, carry, cfg, log, seed, robot)  # the last one too (training may stop mid-episode)
 
 
 def _finished_log(out: Path, cfg: SACConfig, seed: int, steps: int) -> TrainLog | None:
-    """The log of a finished run in ``out`` (``expert.pkl`` trained for at least ``steps`` with this config and
+    """The log of a finished run in ``out`` (``expert.npz`` trained for at least ``steps`` with this config and
     seed), rebuilt from ``train.csv``; None when training has to run."""
-    path = out / "expert.pkl"
+    path = out / EXPERT_NAME
     if not path.exists():
         return None
-    doc = _read_pickle(path)
+    doc, _ = _read_npz(path, ("expert",), MAX_EXPERT_BYTES)
     meta = doc.get("meta", {})
-    same = {k: v for k, v in doc["cfg"].items() if k != "total_steps"} == {
-        k: v for k, v in dataclasses.asdict(cfg).items() if k != "total_steps"
-    }
-    if not same or meta.get("step", 0) < steps:
-        return None
-    if (meta["seed"] if "seed" in meta else _checkpoint_seed(out)) != seed:
+    if not _same_cfg(doc["cfg"], cfg) or meta.get("step", 0) < steps or meta.get("seed") != seed:
         return None
     log = TrainLog(step=meta["step"], episodes=meta["episodes"], falls=meta["falls"], wall=meta["wall_s"])
     csv = out / "train.csv"
     if csv.exists():
         for line in csv.read_text().splitlines()[1:]:
-            st, _, ret, length, fell = line.split(",")
+            st, _, ret, length, falls, moved, up = line.split(",")
             if int(st) <= log.step:
-                log.returns.append((int(st), float(ret), int(length), bool(int(fell))))
+                log.returns.append((int(st), float(ret), int(length), int(falls), float(moved), float(up)))
     return log
 
 
@@ -476,16 +610,17 @@ def evaluate_expert(
     seed: int = 1000,
     max_steps: int = 1000,
     progress: Callable[[int, int], None] | None = None,
+    robot: str = "ant",
 ) -> dict:
-    """Deterministic (``tanh(mean)``) direction-following episodes in lockstep: per-episode return along
-    ``z`` (the sum of the wrapper's rewards), length, and whether the ant fell (terminated)."""
+    """Deterministic (``tanh(mean)``) direction-following episodes in lockstep: per episode the return (the
+    wrapper's rewards), the progress along ``z`` (the displacement along the direction in force, summed), length,
+    falls and the fraction of steps the robot is up (``DirectionalRobot``)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
-    envs = [DirectionalAnt(np.random.default_rng(rng.integers(2**63))) for _ in range(episodes)]
+    envs = [DirectionalRobot(robot, np.random.default_rng(rng.integers(2**63))) for _ in range(episodes)]
     obs = np.stack([e.reset() for e in envs])
     act = jax.jit(lambda a, o: a.mode(o))
     returns = np.zeros(episodes)
     lengths = np.zeros(episodes, int)
-    fell = np.zeros(episodes, bool)
     alive = np.ones(episodes, bool)
     for t in range(max_steps):
         actions = np.asarray(act(actor, jnp.asarray(obs, jnp.float32)), np.float64)
@@ -498,19 +633,26 @@ def evaluate_expert(
             lengths[i] += 1
             if term or trunc:
                 alive[i] = False
-                fell[i] = term
         if progress is not None and ((t + 1) % 50 == 0 or not alive.any()):
             progress(max_steps if not alive.any() else t + 1, max_steps)
         if not alive.any():
             break
+    moved = np.array([e.progress for e in envs])
+    falls = np.array([e.falls for e in envs])
     return dict(
+        robot=robot,
         episodes=episodes,
         mean_return=float(returns.mean()),
         std_return=float(returns.std()),
         min_return=float(returns.min()),
-        falls=int(fell.sum()),
+        mean_progress=float(moved.mean()),
+        std_progress=float(moved.std()),
+        falls=int(falls.sum()),
+        falls_per_episode=float(falls.mean()),
+        up_fraction=float(np.mean([e.up_steps for e in envs]) / max(lengths.mean(), 1)),
         mean_length=float(lengths.mean()),
         returns=returns.tolist(),
+        progress=moved.tolist(),
     )
 
 
@@ -531,20 +673,21 @@ def evaluate_expert_maze(
 ) -> dict:
     """The expert as the data generator drives it, on the maze's evaluation tasks: action = expert on
     ``[observation without xy, unit direction to the BFS oracle subgoal]`` + N(0, noise^2), clipped; success
-    when the ant comes within the task's goal radius (0.5) before the episode's step limit; an episode whose ant
-    turns upside down stops there as a failure (``flipped`` counts them per task)."""
+    when the robot comes within the task's goal radius before the episode's step limit. An ant that turns upside
+    down never gets up: its episode stops there as a failure (``flipped`` counts them per task); a humanoid can
+    get up, so its episode goes on (``falls`` counts its falls per task, as ``DirectionalRobot``)."""
     env = make_gym_env(env_id)
-    per_task, steps, flips = {}, {}, {}
+    humanoid = env_id.startswith("humanoid")
+    per_task, steps, flips, falls = {}, {}, {}, {}
     done_n, total = 0, len(tasks) * episodes
     for task in tasks:
-        wins, arrivals, flipped = 0, [], 0
+        wins, arrivals, flipped, fell = 0, [], 0, 0
         for ep in range(episodes):
             ep_seed = int(np.random.SeedSequence([seed, task, ep]).generate_state(1)[0])
             rng = np.random.default_rng(ep_seed)
             seed_env(env, ep_seed)
             ob, _ = env.reset(seed=ep_seed, options=dict(task_id=task))
-            done = False
-            t = 0
+            done, t, up = False, 0, False
             while not done:
                 a = policy(np.concatenate([ob[2:], oracle_direction(env)]))
                 a = np.clip(a + rng.normal(0.0, noise, a.shape), -1.0, 1.0)
@@ -555,7 +698,10 @@ def evaluate_expert_maze(
                     wins += 1
                     arrivals.append(t)
                     break
-                if upside_down(env.unwrapped.data.qpos):  # it never gets up again
+                if humanoid:
+                    up, down = humanoid_up(up, float(env.unwrapped.data.xpos[2, 2]), t)
+                    fell += int(down)
+                elif upside_down(env.unwrapped.data.qpos):  # it never gets up again
                     flipped += 1
                     break
             done_n += 1
@@ -564,6 +710,7 @@ def evaluate_expert_maze(
         per_task[task] = wins / episodes
         steps[task] = float(np.mean(arrivals)) if arrivals else None
         flips[task] = flipped
+        falls[task] = fell
     env.close()
     return dict(
         env_id=env_id,
@@ -571,6 +718,6 @@ def evaluate_expert_maze(
         noise=noise,
         success=per_task,
         mean_steps=steps,
-        flipped=flips,
+        **(dict(falls=falls) if humanoid else dict(flipped=flips)),
         overall=float(np.mean(list(per_task.values()))),
     )

@@ -192,7 +192,7 @@ def _block_job(args):
 
 
 # The antmaze datasets of this project's results (seed 0, default size and noise, the 1M-step expert
-# benchmarks/results/expert/ant-1m.pkl), by `array_digest`; reproduced bit for bit where NumPy's OpenBLAS runs its
+# benchmarks/results/expert/ant-1m.npz), by `array_digest`; reproduced bit for bit where NumPy's OpenBLAS runs its
 # SkylakeX kernel (AVX-512). Another kernel gives another, equally valid draw of the data
 # (see `ttt.data.expert.blas_kernel`).
 REFERENCE_EXPERT = "72f653ed41b125edb558d55256845db58b4c3648c670567e90a98cc15edf6974"
@@ -263,7 +263,7 @@ def generate(
 ) -> tuple[Path, Path]:
     """Generate NAME.npz and NAME-val.npz; returns their paths.
 
-    ``expert``: the trained ant expert (``expert.pkl`` or its folder) for the antmaze datasets; its weights'
+    ``expert``: the trained expert (``expert.npz`` or its folder) for the antmaze / humanoidmaze datasets; its weights'
     digest enters the resume key and the metadata, so the same seed and expert give the same files.
 
     `progress(done_episodes, total_episodes)` is called as blocks finish. Finished blocks are cached in a

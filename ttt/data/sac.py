@@ -11,7 +11,7 @@ runs many updates at once (the smoke test does).
 What OGBench's agent does and this reproduces:
 - actor: ``MLP(256, 256, GELU, activate_final)`` then a mean head and a state-dependent log-std head (both
   initialised at scale 1e-2), log-std clipped to [-5, 2], a Gaussian squashed by tanh;
-- critic: two independent ``MLP(256, 256, 1)`` on ``[obs, action]`` (no LayerNorm), the target uses the
+- critic: two independent ``MLP(256, 256, 1)`` on ``[obs, action]`` (LayerNorm as ``layer_norm``), the target uses the
   minimum of the two target critics, ``r + gamma * mask * (min Q'(s', a') - alpha * log pi(a'|s'))`` with
   ``a' ~ pi(s')``;
 - actor loss ``mean(alpha * log pi(a|s) - min Q(s, a))`` with ``a ~ pi(s)`` reparameterised;
@@ -52,7 +52,10 @@ class SACConfig:
     init_alpha: float = 1.0
     replay_size: int = 1_000_000
     random_steps: int = 10_000  # uniform random actions before the first update
-    total_steps: int = 400_000  # environment steps (one update per step after random_steps)
+    total_steps: int = 400_000  # environment steps
+    layer_norm: bool = False  # LayerNorm after every hidden activation of the critics (OGBench's humanoid: True)
+    min_q: bool = True  # the minimum of the two critics (True) or their mean (OGBench's humanoid: False)
+    train_interval: int = 1  # one update every this many environment steps (OGBench's humanoid: 4)
 
     def __post_init__(self):
         object.__setattr__(self, "actor_hidden_dims", tuple(self.actor_hidden_dims))
@@ -134,7 +137,7 @@ def init_sac(key: PRNGKeyArray, obs_dim: int, action_dim: int, cfg: SACConfig) -
         actor=TanhGaussianActor(
             k_actor, obs_dim, action_dim, cfg.actor_hidden_dims, final_init_scale=cfg.actor_fc_scale
         ),
-        critic=GCValue(k_critic, obs_dim + action_dim, cfg.value_hidden_dims, layer_norm=False, ensemble=2),
+        critic=GCValue(k_critic, obs_dim + action_dim, cfg.value_hidden_dims, layer_norm=cfg.layer_norm, ensemble=2),
         log_alpha=jnp.asarray(math.log(cfg.init_alpha), jnp.float32),
     )
     opt_state = optax.adam(cfg.lr).init(eqx.filter(params, eqx.is_array))
@@ -157,16 +160,18 @@ def sac_loss(
     fixed = jax.lax.stop_gradient(params)
     alpha_fixed = jnp.exp(fixed.log_alpha)
 
-    # Critic: soft Bellman target with the min of the target critics; the actor is held fixed.
+    reduce = jnp.min if cfg.min_q else jnp.mean
+
+    # Critic: soft Bellman target with the min (or mean) of the target critics; the actor is held fixed.
     next_a, next_logp = fixed.actor.sample_and_log_prob(batch["next_observations"], k_critic)
-    next_q = jnp.min(_q(jax.lax.stop_gradient(target_critic), batch["next_observations"], next_a), axis=0)
+    next_q = reduce(_q(jax.lax.stop_gradient(target_critic), batch["next_observations"], next_a), axis=0)
     target = batch["rewards"] + cfg.discount * batch["masks"] * (next_q - alpha_fixed * next_logp)
     q = _q(params.critic, batch["observations"], batch["actions"])
     critic_loss = jnp.mean((q - target[None]) ** 2)
 
-    # Actor: reparameterised, against the min of the (fixed) critics.
+    # Actor: reparameterised, against the min (or mean) of the (fixed) critics.
     a, logp = params.actor.sample_and_log_prob(batch["observations"], k_actor)
-    q_pi = jnp.min(_q(fixed.critic, batch["observations"], a), axis=0)
+    q_pi = reduce(_q(fixed.critic, batch["observations"], a), axis=0)
     actor_loss = jnp.mean(alpha_fixed * logp - q_pi)
 
     # Temperature: the entropy estimate is held fixed.
@@ -205,8 +210,8 @@ def make_sac_update(cfg: SACConfig, action_dim: int) -> Callable:
 
 
 class Replay(eqx.Module):
-    """A fixed-capacity replay buffer held as arrays (written in order; OGBench's buffer never wraps
-    within its 1M rows, nor does this one within ``capacity``)."""
+    """A fixed-capacity replay buffer held as arrays, written in order and then round (as OGBench's: row
+    ``size mod capacity``); ``size`` counts every transition ever added."""
 
     observations: Float[Array, "cap obs"]
     actions: Float[Array, "cap act"]
@@ -262,7 +267,8 @@ class TrainCarry(eqx.Module):
 
 def make_train_step(cfg: SACConfig, action_dim: int) -> Callable:
     """``step(carry, obs, action, reward, mask, next_obs, reset_obs, done) -> (carry, next_action, metrics,
-    did_update)``: stores the transition, runs one update once ``random_steps`` transitions are stored, and
+    did_update)``: stores the transition, runs one update once ``random_steps`` transitions are stored (on every
+    ``train_interval``-th environment step, as ``main_sac.py``'s ``i % train_interval == 0``), and
     returns the action for the next observation (``reset_obs`` when the episode ended): uniform in [-1, 1]
     while fewer than ``random_steps`` transitions are stored, else a sample of the (just updated) policy.
     This is OGBench's ``main_sac.py`` step order: act, step, store, update."""
@@ -280,7 +286,7 @@ def make_train_step(cfg: SACConfig, action_dim: int) -> Callable:
     ):
         key, k_batch, k_update, k_act, k_random = jax.random.split(carry.key, 5)
         replay = carry.replay.add(obs, action, reward, mask, next_obs)
-        learn = replay.size >= cfg.random_steps
+        learn = (replay.size >= cfg.random_steps) & (replay.size % cfg.train_interval == 0)
 
         def do_update(sac):
             return update(sac, replay.sample(k_batch, cfg.batch_size), k_update)
