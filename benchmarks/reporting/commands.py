@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import cache
 from pathlib import Path
 
 from ttt.graph import TTGSConfig
@@ -34,11 +35,10 @@ def _command(path: Path, d: dict) -> str:
     out = path.parent.parent
     name = d["run"]["name"]
     try:
-        from ttt.pipeline.config import effective_rule, find_pipeline, load_pipeline
+        from ttt.pipeline.config import effective_rule
 
-        meta = json.loads((out / "pipeline.json").read_text())
-        pipe = load_pipeline(find_pipeline(meta["name"]))
-        ref = next(r for r in pipe.runs if r["name"] == name)
+        meta, runs = _pipeline(out)
+        ref = next(r for r in runs if r["name"] == name)
     except (OSError, KeyError, StopIteration, ValueError, ImportError) as e:  # a renamed run, no pipeline.json
         return f"{rel} ({type(e).__name__}: no pipeline run to name)"
     sets = sorted(f"{k}={_set_value(v)}" for k, v in d["run"].items()
@@ -52,6 +52,15 @@ def _command(path: Path, d: dict) -> str:
     device = d.get("device")
     where = f" (ran on an {device.replace('NVIDIA ', '').split()[0]})" if device and device != "cpu" else ""
     return f"`{cmd}`{where}"
+
+
+@cache
+def _pipeline(out: Path) -> tuple[dict, tuple]:
+    """An output folder's ``pipeline.json`` and its pipeline's declared runs (read once per folder)."""
+    from ttt.pipeline.config import find_pipeline, load_pipeline
+
+    meta = json.loads((out / "pipeline.json").read_text())
+    return meta, tuple(load_pipeline(find_pipeline(meta["name"])).runs)
 
 
 def _set_value(v) -> str:
