@@ -376,6 +376,11 @@ def test_datasets_are_read_safely(tmp_path, monkeypatch):
     np.savez(odd, observations=np.zeros(3, dtype=[("a", "f4")]), actions=np.zeros(1), terminals=np.zeros(1, bool))
     with pytest.raises(TttError, match="only plain numbers"):
         read_npz(odd)
+    from ttt.safe_files import safe_load_npz
+
+    text = tmp_path / "text.npz"  # ttt's own parts keep a JSON string: text is data, read as such
+    np.savez(text, compute=np.asarray('{"cpus": 2}'), x=np.arange(3))
+    assert str(safe_load_npz(text)["compute"]) == '{"cpus": 2}'
     with zipfile.ZipFile(tmp_path / "evil.npz", "w") as z:
         z.writestr("observations.npy", pickle.dumps(_R(os.system, ("true",))))
     with pytest.raises(TttError, match="unreadable|not an OGBench"):

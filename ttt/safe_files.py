@@ -7,9 +7,9 @@ read, so nothing blocks) and no larger than a cap, reads at most that many bytes
 - `read_bytes(path, max_bytes, what)`: the raw bytes (under `ttt.safe_pickle.load`);
 - `read_json(path, what)`: a JSON document; nesting deeper than `MAX_DEPTH` is refused (no RecursionError);
 - `read_toml(path, what)`: a TOML document (pipeline files), same bounds;
-- `safe_load_npz(path, ...)`: an .npz of plain numeric arrays (bool, int, uint, float) after the zip's members were
-  checked: names, count, declared sizes (no zip bomb), `.npy` headers (read with `np.lib.format`, never a pickle),
-  dtype, and data exactly shape x itemsize.
+- `safe_load_npz(path, ...)`: an .npz of plain numeric arrays (bool, int, uint, float) or Unicode text, after the
+  zip's members were checked: names, count, declared sizes (no zip bomb), `.npy` headers (read with
+  `np.lib.format`, never a pickle), dtype, and data exactly shape x itemsize.
 
 Nothing here imports a name from a file or calls anything a file names.
 """
@@ -41,8 +41,10 @@ NAME_LIMIT = 80
 """Characters of a name from a file shown in an error (the rest is cut, its length said)."""
 
 PLAIN_KINDS = "biuf"
-"""NumPy dtype kinds a file may hold: bool, signed and unsigned integers, floats (no object, complex, structured,
-string, void, datetime)."""
+"""NumPy dtype kinds of plain numbers: bool, signed and unsigned integers, floats (no object, complex, structured,
+void, datetime)."""
+NPZ_KINDS = PLAIN_KINDS + "U"
+"""What an .npz may hold: plain numbers and fixed-width Unicode text (ttt's own parts keep a JSON string in one)."""
 
 
 def show(x: Any, limit: int = NAME_LIMIT) -> str:
@@ -181,9 +183,10 @@ def read_toml(path: str | os.PathLike, what: str = "file", max_bytes: int | None
     return loads_toml(read_text(path, max_bytes, what), _where(what, Path(path)))
 
 
-def plain_dtype(dtype: np.dtype) -> bool:
-    """Whether `dtype` is a plain number: bool, int, uint or float, no fields, subarray or metadata."""
-    return (dtype.kind in PLAIN_KINDS and dtype.names is None and dtype.subdtype is None
+def plain_dtype(dtype: np.dtype, kinds: str = PLAIN_KINDS) -> bool:
+    """Whether `dtype` is a plain number (bool, int, uint or float; or another of `kinds`), with no fields,
+    subarray or metadata."""
+    return (dtype.kind in kinds and dtype.names is None and dtype.subdtype is None
             and dtype.metadata is None)  # fmt: skip
 
 
@@ -194,7 +197,7 @@ def safe_load_npz(
     required: tuple[str, ...] = (),
     dtypes: dict[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
-    """{name: array} of an .npz, each a plain numeric array (`plain_dtype`); no pickle is ever read.
+    """{name: array} of an .npz, each a plain numeric array or Unicode text (`NPZ_KINDS`); no pickle is ever read.
 
     Before anything is decompressed: a regular file of at most `max_bytes`, at most `MAX_NPZ_MEMBERS` members, each
     `NAME.npy` with a printable name, their declared uncompressed sizes summing to at most `max_bytes`; then each
@@ -245,9 +248,9 @@ def _read_member(z: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, where: st
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(m, max_header_size=10000)
         else:
             raise TttError(f"{where}: {show(name)}: .npy version {version} is not read (1.0 and 2.0 are)")
-        if not plain_dtype(dtype):
+        if not plain_dtype(dtype, NPZ_KINDS):
             raise TttError(f"{where}: {show(name)} has dtype {show(str(dtype), 60)}; only plain numbers (bool, int, "
-                           "uint, float) are read")  # fmt: skip
+                           "uint, float) and text are read")  # fmt: skip
         if want is not None and dtype != np.dtype(want):
             raise TttError(f"{where}: {show(name)} must have dtype {np.dtype(want).name}, got {dtype}")
         n = 1
