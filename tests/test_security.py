@@ -405,3 +405,12 @@ def test_defaults_that_contradict_a_checkpoint_stop_with_both_values(tmp_path, c
         line = one_line_error(err)
         assert rc == 2 and '"pointmaze-large-navigate-v0"' in line and '"pointmaze-medium-navigate-v0"' in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_set_values_nested_too_deep_are_one_line(tmp_path, capsys):
+    deep = "[" * 100_000 + "]" * 100_000
+    rc, _, err = run(["run", "quickstart", "--dry-run", "--set", f"tasks={deep}"], capsys)
+    assert rc == 2 and "nested deeper" in one_line_error(err)
+    rc, _, err = run(["import", "ogbench", "x.pkl", "--agent", "gciql", "--dataset", STITCH, "--out",
+                      str(tmp_path / "o"), "--set", f"alpha={deep}"], capsys)  # fmt: skip
+    assert rc == 2 and "nested deeper" in one_line_error(err) and not (tmp_path / "o").exists()

@@ -47,6 +47,10 @@ NPZ_KINDS = PLAIN_KINDS + "U"
 """What an .npz may hold: plain numbers and fixed-width Unicode text (ttt's own parts keep a JSON string in one)."""
 
 
+class TooDeep(TttError):
+    """A JSON or TOML text nested deeper than `MAX_DEPTH` (the parsers recurse; refused before parsing)."""
+
+
 def show(x: Any, limit: int = NAME_LIMIT) -> str:
     """`x` (a name from a file) fit for one line: non-printable characters escaped (`\\x1b`, `\\n`), cut to `limit`."""
     s = x if isinstance(x, str) else repr(x)
@@ -148,10 +152,12 @@ def _nesting(text: str) -> int:
 def loads_json(text: str, where: str) -> Any:
     """`json.loads` with nesting bounded before parsing and one-line errors."""
     if _nesting(text) > MAX_DEPTH:
-        raise TttError(f"{where}: not readable JSON (nested deeper than {MAX_DEPTH})")
+        raise TooDeep(f"{where}: not readable JSON (nested deeper than {MAX_DEPTH})")
     try:
         return json.loads(text)
-    except (ValueError, RecursionError) as e:
+    except RecursionError:
+        raise TooDeep(f"{where}: not readable JSON (nested too deep)") from None
+    except ValueError as e:
         raise TttError(f"{where}: not readable JSON ({show(str(e), 120)})") from None
 
 
@@ -167,13 +173,13 @@ def loads_toml(text: str, where: str) -> dict:
     import tomllib
 
     if _nesting(text) > MAX_DEPTH:
-        raise TttError(f"{where}: not valid TOML (nested deeper than {MAX_DEPTH})")
+        raise TooDeep(f"{where}: not valid TOML (nested deeper than {MAX_DEPTH})")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise TttError(f"{where}: not valid TOML: {show(str(e), 200)}") from None
     except RecursionError:
-        raise TttError(f"{where}: not valid TOML (nested too deep)") from None
+        raise TooDeep(f"{where}: not valid TOML (nested too deep)") from None
 
 
 def read_toml(path: str | os.PathLike, what: str = "file", max_bytes: int | None = None) -> dict:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 import click
 
 from ttt.errors import TttError
+from ttt.safe_files import TooDeep, loads_json, show
 
 SAVED = "finished work is saved; rerun the same command to resume"
 _interrupt = {"note": SAVED}
@@ -123,7 +123,9 @@ def parse_json_sets(pairs: tuple[str, ...]) -> dict:
             raise TttError(f"--set expects key=value, got '{pair}'")
         k, v = pair.split("=", 1)
         try:
-            out[k.strip()] = json.loads(v)
-        except ValueError:
+            out[k.strip()] = loads_json(v, f"--set {show(k.strip())}")
+        except TooDeep:  # (json recurses: refused, not a RecursionError)
+            raise
+        except TttError:
             out[k.strip()] = v
     return out

@@ -23,7 +23,6 @@ import dataclasses
 import itertools
 import json
 import math
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 from ttt.data.specs import SPECS
 from ttt.errors import TttError
 from ttt.presets import AGENTS, PROFILES
-from ttt.safe_files import MAX_TOML_BYTES, loads_toml, read_text, show
+from ttt.safe_files import MAX_TOML_BYTES, TooDeep, loads_toml, read_text, show
 from ttt.select import IGNORED_BY_RULE
 from ttt.storage import file_name
 
@@ -236,8 +235,10 @@ def parse_sets(pairs: tuple[str, ...] | list[str]) -> dict:
             raise TttError(f"--set expects key=value, got '{pair}'")
         k, v = (s.strip() for s in pair.split("=", 1))
         try:
-            out[k] = tomllib.loads(f"v = {v}")["v"]
-        except tomllib.TOMLDecodeError:
+            out[k] = loads_toml(f"v = {v}", f"--set {show(k)}")["v"]
+        except TooDeep:  # (tomllib recurses: refused, not a RecursionError)
+            raise
+        except TttError:
             out[k] = v
         if v == "null":
             out[k] = None
