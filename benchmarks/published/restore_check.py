@@ -73,6 +73,16 @@ def main() -> None:
         parity.fail(f"restore_check: cannot read the case {a.case}: {e}")
     if not a.pkl.is_file():
         parity.fail(f"restore_check: no file {a.pkl}")
+    # The reference's restore_agent (and the structure check below) unpickle the file with pickle.load: it must first
+    # pass ttt's own reader, which interprets a pickle without running it (docs/security.md).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from ttt import safe_pickle
+    from ttt.errors import TttError
+
+    try:
+        safe_pickle.load(a.pkl)
+    except TttError as e:
+        parity.fail(f"restore_check: {e}")
     repo = a.ogbench if case["reference"]["repository"].startswith("seohongpark/ogbench") else a.authors
     module = Path(case["reference"]["file"]).stem
     agent_mod, flax_utils = parity.import_reference(repo.resolve(), module)
