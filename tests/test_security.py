@@ -414,3 +414,15 @@ def test_set_values_nested_too_deep_are_one_line(tmp_path, capsys):
     rc, _, err = run(["import", "ogbench", "x.pkl", "--agent", "gciql", "--dataset", STITCH, "--out",
                       str(tmp_path / "o"), "--set", f"alpha={deep}"], capsys)  # fmt: skip
     assert rc == 2 and "nested deeper" in one_line_error(err) and not (tmp_path / "o").exists()
+
+
+def test_load_run_and_eval_stop_on_a_dataset_other_than_the_checkpoints(tmp_path, good, data_dir, capsys):
+    """`ttt.load_run(dataset=...)` and `ttt eval --dataset` agree with the checkpoint or name both datasets."""
+    import ttt
+
+    ck = next(iter(tmp_path.parent.glob("good*/ck")))
+    other = "pointmaze-medium-navigate-v0"
+    with pytest.raises(TttError, match=f"trained on {STITCH}, not on {other}"):
+        ttt.load_run(ck, data_dir=data_dir, dataset=other)
+    rc, _, err = run(["eval", str(ck), "--dataset", other, "--dir", str(data_dir)], capsys)
+    assert rc == 2 and f"trained on {STITCH}, not on {other}" in one_line_error(err)

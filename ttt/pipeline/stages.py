@@ -27,6 +27,7 @@ from ttt.pipeline.keys import checkpoint_dir, checkpoint_ref, eval_key
 from ttt.pipeline.plan import RunPlan, TrainPlan
 from ttt.pipeline.records import SCHEMA, portable_run
 from ttt.pretrain import pretrain
+from ttt.safe_files import MAX_JSON_BYTES, loads_json, read_text
 from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, locked, read_json
 
 Echo = Callable[[str], None]
@@ -201,7 +202,7 @@ def copy_checkpoint(src: Checkpoint, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(src.path / src.meta["state_file"], "rb") as f_in:
         atomic_write_bytes(out / src.meta["state_file"], lambda f: shutil.copyfileobj(f_in, f))
-    atomic_write_text(out / "meta.json", (src.path / "meta.json").read_text())
+    atomic_write_text(out / "meta.json", read_text(src.path / "meta.json", MAX_JSON_BYTES, "checkpoint metadata"))
 
 
 class EnvCache:
@@ -385,11 +386,21 @@ def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: B
 
 
 
+def _compute_of(part: dict) -> dict | None:
+    """A part's compute info (a JSON string it keeps), read with bounded nesting; None when absent or unreadable."""
+    if "compute" not in part:
+        return None
+    try:
+        return loads_json(str(part["compute"]), "compute")
+    except TttError:
+        return None
+
+
 def _compute(parts: list[dict], tasks) -> dict | list:
     """What computed an evaluation (`ttt.checkpoint.compute_info`): one dict where every task's part says the same,
     else each task's (None for a part written before parts recorded it: a run resumed across machines or core
     counts says so instead of claiming one)."""
-    each = [json.loads(str(p["compute"])) if "compute" in p else None for p in parts]
+    each = [_compute_of(p) for p in parts]
     if all(c is not None and c == each[0] for c in each):
         return each[0]
     return [dict(task=int(t), compute=c) for t, c in zip(tasks, each, strict=True)]
