@@ -143,8 +143,8 @@ def test_antmaze_runs_on_both_drivers(tmp_path):
 
     name = "antmaze-medium-stitch-v0"
     actor = TanhGaussianActor(jax.random.key(0), 29, 8, (16,), final_init_scale=1.0)
-    save_actor(tmp_path / "e.pkl", actor, SACConfig(actor_hidden_dims=(16,)), dict(step=0))
-    gen.generate(name, episodes=3, seed=0, directory=tmp_path, workers=1, expert=tmp_path / "e.pkl")
+    save_actor(tmp_path / "e.npz", actor, SACConfig(actor_hidden_dims=(16,)), dict(step=0))
+    gen.generate(name, episodes=3, seed=0, directory=tmp_path, workers=1, expert=tmp_path / "e.npz")
     data = load(name, tmp_path)
     spec = get_spec(name)
     cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16,), "value_hidden_dims": (16,),

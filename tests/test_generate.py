@@ -187,14 +187,14 @@ def ant_experts(tmp_path_factory):
     cfg = SACConfig(actor_hidden_dims=(16,))
     for i in (0, 1):
         actor = TanhGaussianActor(jax.random.key(i), 29, 8, (16,), final_init_scale=1.0)
-        save_actor(d / f"e{i}.pkl", actor, cfg, dict(step=0))
+        save_actor(d / f"e{i}.npz", actor, cfg, dict(step=0))
     return d
 
 
 def test_antmaze_generation_with_an_expert_in_ogbench_format(ant_experts, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
-    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=a, workers=2, expert=ant_experts / "e0.pkl")
+    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=a, workers=2, expert=ant_experts / "e0.npz")
     with np.load(a / f"{ANT_STITCH}.npz") as f:
         assert sorted(f.files) == ["actions", "observations", "qpos", "qvel", "terminals"]
         obs = f["observations"]
@@ -216,9 +216,9 @@ def test_antmaze_generation_with_an_expert_in_ogbench_format(ant_experts, tmp_pa
     assert meta["blas_kernel"] == blas_kernel() and "reference" not in meta  # (no reference for a 2-episode plan)
 
     # Reproducible for a seed and an expert; another expert gives other data.
-    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e0.pkl")
+    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e0.npz")
     assert json.loads((b / f"{ANT_STITCH}.json").read_text())["sha256_arrays"] == meta["sha256_arrays"]
-    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e1.pkl", force=True)
+    gen.generate(ANT_STITCH, episodes=2, seed=5, directory=b, workers=1, expert=ant_experts / "e1.npz", force=True)
     assert json.loads((b / f"{ANT_STITCH}.json").read_text())["sha256_arrays"] != meta["sha256_arrays"]
 
 
@@ -254,7 +254,7 @@ def test_reference_digests_are_the_committed_records():
 
 def test_a_draw_unlike_the_reference_is_said_and_recorded(ant_experts, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(gen, "reference_check", lambda plan, split, sha: "differs")
-    gen.generate(ANT_STITCH, episodes=1, seed=2, directory=tmp_path, workers=1, expert=ant_experts / "e0.pkl")
+    gen.generate(ANT_STITCH, episodes=1, seed=2, directory=tmp_path, workers=1, expert=ant_experts / "e0.npz")
     err = capsys.readouterr().err
     assert f"warning: {ANT_STITCH}.npz: not bit-equal to this project's reference generation" in err
     assert json.loads((tmp_path / f"{ANT_STITCH}.json").read_text())["reference"] == "differs"
@@ -272,12 +272,48 @@ def test_blas_kernel_is_the_one_openblas_runs(tmp_path):
 def test_antmaze_needs_an_expert_and_pointmaze_refuses_one(ant_experts, tmp_path):
     with pytest.raises(gen.TttError, match="--expert PATH"):
         gen.generate(ANT_STITCH, episodes=1, directory=tmp_path)
-    with pytest.raises(gen.TttError, match="antmaze datasets only"):
-        gen.generate(STITCH, episodes=1, directory=tmp_path, expert=ant_experts / "e0.pkl")
+    with pytest.raises(gen.TttError, match="--expert is for the antmaze and humanoidmaze datasets"):
+        gen.generate(STITCH, episodes=1, directory=tmp_path, expert=ant_experts / "e0.npz")
     with pytest.raises(gen.TttError, match="no expert at"):
         gen.generate(ANT_STITCH, episodes=1, directory=tmp_path, expert=tmp_path / "missing.pkl")
     assert {"antmaze-medium-navigate-v0", ANT_STITCH} <= set(SPECS)
     assert get_spec("antmaze-medium-navigate-v0").episode_rows == 1001 and get_spec(ANT_STITCH).goal_eps == 0.5
+
+
+HUM_STITCH = "humanoidmaze-medium-stitch-v0"
+
+
+def test_humanoidmaze_generation_with_an_expert_in_ogbench_format(ant_experts, tmp_path):
+    import jax
+
+    from ttt.data.expert import save_actor
+    from ttt.data.sac import SACConfig, TanhGaussianActor
+
+    spec = get_spec(HUM_STITCH)
+    assert (spec.robot, spec.episode_rows, spec.episodes, spec.ob_dim, spec.action_dim) == (
+        "humanoid",
+        401,
+        5000,
+        69,
+        21,
+    )
+    assert get_spec("humanoidmaze-giant-navigate-v0").episode_rows == 4001
+    assert get_spec("humanoidmaze-giant-stitch-v0").episodes == 10000
+    actor = TanhGaussianActor(jax.random.key(0), 69, 21, (16,), final_init_scale=1.0)
+    save_actor(tmp_path / "h.npz", actor, SACConfig(actor_hidden_dims=(16,)), dict(step=0), robot="humanoid")
+    with pytest.raises(gen.TttError, match="is generated with a humanoid expert; .* is a ant's"):
+        gen.generate(HUM_STITCH, episodes=1, directory=tmp_path, expert=ant_experts / "e0.npz")
+    gen.generate(HUM_STITCH, episodes=1, seed=3, directory=tmp_path, workers=1, expert=tmp_path / "h.npz")
+    with np.load(tmp_path / f"{HUM_STITCH}.npz") as f:
+        assert f["observations"].shape == (401, 69) and f["actions"].shape == (401, 21)
+        assert f["qpos"].shape == (401, 28) and f["qvel"].shape == (401, 27)
+        np.testing.assert_allclose(f["observations"][:, :2], f["qpos"][:, :2], atol=1e-6)  # xy first
+        np.testing.assert_allclose(f["observations"][:, -27:], f["qvel"], atol=1e-5)  # velocities last
+        assert np.array_equal(np.flatnonzero(f["terminals"]), [400])
+    assert [r.episodes for r in check(HUM_STITCH, tmp_path)] == [1, 1]
+    env, train, val = ogbench.make_env_and_datasets(HUM_STITCH, dataset_dir=str(tmp_path))
+    assert train["observations"].shape == (400, 69) and val["observations"].shape == (400, 69)
+    env.close()
 
 
 def test_upside_down_ants_by_hand():

@@ -1,8 +1,9 @@
 """The OGBench datasets this project can generate offline, with OGBench's published generation settings.
 
 Settings follow OGBench's `data_gen_scripts/commands.sh` (navigate: 1000 episodes x 1001 rows, giant 500 x 2001;
-stitch: 5000 x 201; cube-single play: 1000 x 1001) and the `-val` split holds one tenth of the episodes. The
-antmaze datasets need a trained ant expert (``ttt expert train ant``; OGBench downloads its own).
+stitch: 5000 x 201; humanoidmaze navigate 1000 x 2001 (giant 4001), stitch 5000 x 401 (giant 10000); cube-single
+play: 1000 x 1001) and the `-val` split holds one tenth of the episodes. The antmaze and humanoidmaze datasets need
+a trained locomotion expert (``ttt expert train ant`` / ``humanoid``; OGBench downloads its own).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class DatasetSpec:
 
     name: str  # e.g. 'pointmaze-medium-navigate-v0'
     env_id: str  # gymnasium id, e.g. 'pointmaze-medium-v0'
-    family: str  # 'pointmaze' | 'antmaze' | 'cube'
+    family: str  # 'pointmaze' | 'antmaze' | 'humanoidmaze' | 'cube'
     kind: str  # 'navigate' | 'stitch' | 'play'
     episodes: int  # training episodes at full size (val: episodes // 10)
     episode_rows: int  # rows per episode (= max_episode_steps; the last row is the terminal one)
@@ -35,13 +36,18 @@ class DatasetSpec:
 
     @property
     def is_maze(self) -> bool:
-        """A locomotion maze (point or ant): goals are the agent's xy, the first two observation numbers."""
-        return self.family in ("pointmaze", "antmaze")
+        """A locomotion maze (point, ant or humanoid): goals are the agent's xy, the first two observation numbers."""
+        return self.family in ("pointmaze", "antmaze", "humanoidmaze")
+
+    @property
+    def robot(self) -> str | None:
+        """The robot whose trained expert generates the data (``ttt expert train ROBOT``); None for an oracle."""
+        return {"antmaze": "ant", "humanoidmaze": "humanoid"}.get(self.family)
 
     @property
     def needs_expert(self) -> bool:
-        """Generated with a trained locomotion expert (``ttt expert train ant``) rather than an oracle."""
-        return self.family == "antmaze"
+        """Generated with a trained locomotion expert (``ttt expert train ROBOT``) rather than an oracle."""
+        return self.robot is not None
 
     @property
     def maze_type(self) -> str:
@@ -78,6 +84,26 @@ def _build() -> dict[str, DatasetSpec]:
                     action_dim=action_dim,
                     goal_eps=goal_eps,
                 )
+    # humanoidmaze: our SAC humanoid expert steered by the BFS oracle, N(0, 0.2^2) (OGBench's commands.sh: navigate
+    # 1000 x 2001, giant 1000 x 4001; stitch 5000 x 401, giant 10000 x 401); no teleport maze.
+    for maze in ("medium", "large", "giant"):
+        for kind, eps, rows in (
+            ("navigate", 1000, 4001 if maze == "giant" else 2001),
+            ("stitch", 10000 if maze == "giant" else 5000, 401),
+        ):
+            name = f"humanoidmaze-{maze}-{kind}-v0"
+            specs[name] = DatasetSpec(
+                name=name,
+                env_id=f"humanoidmaze-{maze}-v0",
+                family="humanoidmaze",
+                kind=kind,
+                episodes=eps,
+                episode_rows=rows,
+                noise=0.2,
+                ob_dim=69,
+                action_dim=21,
+                goal_eps=0.5,
+            )
     specs["cube-single-play-v0"] = DatasetSpec(
         name="cube-single-play-v0",
         env_id="cube-single-v0",
