@@ -122,7 +122,8 @@ class TTTConfig:
       ended costs no selection or fine-tuning. None: the whole batch adapts in every round until all of it has
       ended (the pre-0.2 behaviour). Results do not depend on it up to float rounding (tested: a vmap of another
       width may round the fine-tuning's last bits differently; on the ant mazes 1000 steps of contact dynamics can
-      turn that into different episodes, with the same success rate: benchmarks/RESULTS.md); speed does.
+      turn that into different episodes, with the same success rate: docs/algorithm.md, "Where each default
+      comes from"); speed does.
     - `value_cap`: the value pass. None or 0: the full pass: `prepare` computes `V(s_j | g*)` of every dataset
       row once per episode. A fraction in (0, 1]: the lazy pass: `prepare` computes none; each round computes the
       values of the rows from each dataset episode's first relevant row to its end that were not computed before
@@ -130,8 +131,8 @@ class TTTConfig:
       `value_chunk`) per pass, as many passes as the round needs, and keeps them in the tables for later rounds.
       'auto' (the default): the lazy pass in passes of one `value_chunk` each where it applies (the learned critic,
       a mode that reads values, the default selection transforms), else the full pass. Selections and results
-      equal the full pass's exactly (tested); only the work differs (benchmarks/RESULTS.md, "The critic episode at
-      its floor"). The learned critic only (the oracle's values are cheap: computed in full). Round metric
+      equal the full pass's exactly (tested); only the work differs (docs/algorithm.md, "The value pass: full or
+      lazy"). The learned critic only (the oracle's values are cheap: computed in full). Round metric
       `value_rows`: rows whose values the round computed.
     """
 

@@ -17,7 +17,7 @@ Profiles:
 
 - `paper`: OGBench defaults: 512x3 MLPs, batch 1024, 1,000,000 steps (for a GPU).
 - `cpu`: 256x2 MLPs, batch 256, 10,000 steps, QRL latent 128 (instead of 512): what fits a 2-core CPU, where
-  one seed-vmapped update of 3 seeds takes about 20 ms (GC-BC) to 100 ms (SAW); see benchmarks/RESULTS.md.
+  one seed-vmapped update of 3 seeds takes about 20 ms (GC-BC) to 100 ms (SAW); see benchmarks/studies/rows.md.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ RelevanceKind = Literal["distance", "value"]
 _MODES = ("critic", "mc", "fixed")
 RULES = ("paper", "episodes", "mc-episodes")
 # The rule a mode gets when none is named: with a critic the published code's, which the selection study found to
-# work with a short-trained critic where the paper's text does not (benchmarks/RESULTS.md); without one, the
-# paper's Monte-Carlo rule (as good on navigate, and it replans every K steps).
+# work with a short-trained critic where the paper's text does not (benchmarks/studies/selection-study.md); without
+# one, the paper's Monte-Carlo rule (as good on navigate, and it replans every K steps).
 DEFAULT_RULES = {"critic": "episodes", "mc": "paper", "fixed": "paper"}
 # The selection settings each rule never reads: a grid over one of them would give identical points, so grids,
 # `load_run` and `ttt eval` refuse them (docs/algorithm.md).

@@ -40,7 +40,7 @@ def default_bucket() -> int | None:
     """`make_setup`'s `bucket='auto'`: 1 (episodes fine-tune one after another) on a CPU, where one episode's update
     already fills the cores; None (a call's live episodes in one vmapped update) on a GPU or TPU, where one update
     leaves the device mostly idle (an H200 ran a paper-profile critic episode in 0.50 s instead of 0.97 s,
-    benchmarks/RESULTS.md)."""
+    docs/algorithm.md, "Where each default comes from")."""
     import jax
 
     return 1 if jax.default_backend() == "cpu" else None
