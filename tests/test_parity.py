@@ -3,7 +3,7 @@ same 100 batches, `ttt`'s own update; every loss term at every update, the final
 against the reference's (fixtures: tests/fixtures/parity/, benchmarks/published/PARITY.md).
 
 Tolerances (relative above 1, absolute below: `parity_cases.max_rel`), chosen from what float32 rounding gives and
-what a real difference gives (benchmarks/RESULTS.md, "Same checkpoint, two implementations"):
+what a real difference gives (benchmarks/studies/same-checkpoint.md):
 
 - forward outputs 2e-5: the worst case seen is 3.4e-6 (a 29-input value net of three LayerNorm layers); float32's
   epsilon is 1.2e-7, and two XLA versions order sums differently;
