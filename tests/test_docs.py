@@ -35,8 +35,18 @@ def test_extending_worked_example_runs():
 
 def test_docs_are_linked_from_the_readme():
     readme = (DOCS.parent / "README.md").read_text()
-    for name in ("architecture.md", "extending.md", "algorithm.md"):
+    for name in ("architecture.md", "extending.md", "algorithm.md", "reference.md", "datasets.md", "testing.md"):
         assert f"docs/{name}" in readme and (DOCS / name).exists()
+
+
+def test_readme_results_teaser_is_the_front_pages():
+    """README.md's results teaser quotes benchmarks/README.md (generated from the records): each of its lines is a
+    line of the front page as it stands, so a regenerated front page cannot leave the teaser behind."""
+    readme = (DOCS.parent / "README.md").read_text()
+    teaser = readme.split("<!-- teaser:start -->")[1].split("<!-- teaser:end -->")[0]
+    front = set((DOCS.parent / "benchmarks" / "README.md").read_text().splitlines())
+    lines = [ln for ln in teaser.splitlines() if ln.strip()]
+    assert len(lines) >= 5 and [ln for ln in lines if ln not in front] == []
 
 
 TESTED_SECTIONS = {  # marked sections of docs/ whose Python blocks a test executes
@@ -57,10 +67,10 @@ def test_every_python_example_in_docs_is_run():
         assert "```python" not in text, f"{path.name} has a Python example that no test runs"
 
 
-def test_readme_pipeline_keys_table_is_the_code_s():
-    """README.md's run-keys table is `keys_markdown()`: a key added to `RUN_KEYS` without its line fails here."""
+def test_reference_pipeline_keys_table_is_the_code_s():
+    """docs/reference.md's run-keys table is `keys_markdown()`: a key added to `RUN_KEYS` without its line fails."""
     from ttt.pipeline.config import RUN_KEYS, keys_markdown
 
-    readme = (DOCS.parent / "README.md").read_text()
-    assert keys_markdown() in readme, "regenerate README.md's keys table from ttt.pipeline.config.keys_markdown()"
+    reference = (DOCS / "reference.md").read_text()
+    assert keys_markdown() in reference, "regenerate docs/reference.md's keys table from keys_markdown()"
     assert all(f"| `{k}` |" in keys_markdown() for k in RUN_KEYS)
