@@ -266,6 +266,13 @@ def test_a_discrete_action_actor_is_refused_before_any_size_is_read(tmp_path, da
     rc, err = _import(tmp_path, data_dir, good, capsys, "--set", "discrete=true")  # the setting alone, too
     assert rc == 2 and "discrete=True is not supported" in one_line_error(err)
 
+    def visual(a):  # OGBench's GCActor with an encoder: its input width is the encoder's, not observation + goal
+        actor = a["network"]["params"]["modules_actor"]
+        actor["gc_encoder"] = {"Dense_0": {"kernel": np.zeros((64, 3), np.float32), "bias": np.zeros(3, np.float32)}}
+
+    rc, err = _import(tmp_path, data_dir, _with(good, visual), capsys)
+    assert rc == 2 and "encoder is not supported" in one_line_error(err), err
+
 
 # ------------------------------------------------------------------------------------- 5. names are escaped
 

@@ -267,13 +267,17 @@ def _widths(mlp: Any, where: str, name: str) -> tuple[tuple[int, ...], int, bool
 
 
 def _check_continuous(params: ShapeTree, where: str) -> None:
-    """A discrete-action actor (OGBench's `GCDiscreteActor`: `logit_net`, no `mean_net`) is refused before any size
-    is read from it."""
+    """What ttt does not import, refused before any size is read: a discrete-action actor (OGBench's
+    `GCDiscreteActor`: `logit_net`, no `mean_net`) and a visual encoder (`gc_encoder` / `encoder` modules)."""
     for m in ("modules_actor", "modules_low_actor"):
         actor = params.get(m)
         if isinstance(actor, dict) and "logit_net" in actor:
             raise TttError(f"{where}: {m} is a discrete-action actor (logit_net); discrete=True is not supported: "
                            "ttt imports continuous actions only")  # fmt: skip
+    encoders = [p for p in _leaves(params) if any("encoder" in k for k in p)]
+    if encoders:
+        raise TttError(f"{where}: {_name(encoders[0][:3])} is a visual encoder; encoder is not supported: ttt imports "
+                       "state observations only")  # fmt: skip
 
 
 def infer_sizes(agent: str, params: ShapeTree, where: str) -> dict[str, Any]:

@@ -141,8 +141,8 @@ def _array(shape: Any, dtype: Any, fortran: Any, raw: Any) -> np.ndarray:
         raise _Refuse("an array whose shape is not a tuple of at most 32 sizes")
     n = 1
     for s in shape:
-        if _int(s, "an array size") < 0:
-            raise _Refuse("an array of negative size")
+        if not 0 <= _int(s, "an array size") <= 2**40:
+            raise _Refuse("an array size that is negative or larger than 2**40")
         n *= s
     if not isinstance(fortran, bool):
         raise _Refuse("an array whose order flag is not a boolean")
