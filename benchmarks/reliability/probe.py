@@ -477,9 +477,12 @@ def issue62_cases(root: Path, data: Path, ck: Path, E: list[str], setup, agents,
          dry(ckrow + 'dataset = "pointmaze-medium-stitch-v0"\n')),
         ("62: --set profile contradicts the checkpoint", "ttt run p.toml --dry-run --set profile=paper",
          "refuse profile", dry(ckrow, "profile=paper")),
-        ("62: row without agent shows the checkpoint's", "ttt run p.toml --dry-run ([defaults] agent = 'gciql', "
+        ("75: [defaults] agent contradicts its checkpoint", "ttt run p.toml --dry-run ([defaults] agent = 'gciql', "
+         "checkpoint = CK of gcbc)", "refuse agent",
+         dry(ckrow.replace("[[run]]", '[defaults]\nagent = "gciql"\n[[run]]'))),
+        ("75: [defaults] agent agrees with its checkpoint", "ttt run p.toml --dry-run ([defaults] agent = 'gcbc', "
          "checkpoint = CK of gcbc)", "ok",
-         shows(dry(ckrow.replace("[[run]]", '[defaults]\nagent = "gciql"\n[[run]]')), "r: gcbc base")),
+         shows(dry(ckrow.replace("[[run]]", '[defaults]\nagent = "gcbc"\n[[run]]')), "r: gcbc base")),
         # ---- 4. the dry run resolves checkpoints and their data
         ("62: --dry-run --set checkpoint=/nonexistent", "ttt run quickstart --dry-run --set checkpoint=/nonexistent",
          "refuse no checkpoint", lambda: cli(["run", "quickstart", "--dry-run", "--set", "checkpoint=/nonexistent"])),
