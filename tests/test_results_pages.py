@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from reporting import beyond, methods, records  # noqa: E402
+from reporting import beyond, methods, records, samecheckpoint  # noqa: E402
 
 
 def test_report_check_passes_on_the_committed_records():
@@ -35,7 +35,8 @@ def test_pages_fit_a_reader():
     for page in (BENCH / "studies").glob("*.md"):
         text = page.read_text()
         assert len(text.splitlines()) <= 400, page.name
-        assert not re.search(r"this CPU|[Ss]ession \d|\b20\d\d-\d\d-\d\d\b|^#.*[Ii]ssue \d", text, flags=re.M), page.name
+        diary = r"this CPU|[Ss]ession \d|\b20\d\d-\d\d-\d\d\b|^#.*[Ii]ssue \d"
+        assert not re.search(diary, text, flags=re.M), page.name
 
 
 def test_a_reference_names_exactly_one_record(tmp_path, monkeypatch):
@@ -111,3 +112,22 @@ def test_anchor_words_and_the_recipe_rule_by_hand():
     c = beyond.choose(study)  # the dearer leads by 0.067, s.e. 0.033 (paired): within two s.e., the cheaper is taken
     assert c["leader"] == "dear" and set(c["ties"]) == {"cheap", "dear"}
     assert c["recipe"] == "cheap"
+
+
+def test_same_checkpoint_pairs_episodes_by_key_on_one_grid():
+    """Episodes pair by (seed, task, episode), not by order; an episode one side ran on some task only is left out of
+    the grid; two records on different data are refused."""
+    def ep(s, t, e, ok):
+        return {"seed": s, "task": t, "episode": e, "success": float(ok), "steps": 10}
+
+    pub = {"dataset_sha256_arrays": "d", "episodes_run": [ep(s, t, e, s == t == 1) for s in (0, 1) for t in (1, 2)
+                                                           for e in (1, 0)]}  # fmt: skip
+    mine = {"dataset_sha256_arrays": "d", "episodes_run": [ep(s, t, e, t == 1) for s in (0, 1) for t in (1, 2)
+                                                            for e in (0, 1)] + [ep(0, 1, 2, 1)]}  # fmt: skip
+    keys, shape = samecheckpoint.episodes(pub, mine)
+    assert shape == (2, 2, 2) and (0, 1, 2) not in keys
+    a, b = samecheckpoint._by_key(pub), samecheckpoint._by_key(mine)
+    assert list(samecheckpoint._per_seed(a, keys)) == [0.0, 0.5]
+    assert list(samecheckpoint._per_seed(b, keys)) == [0.5, 0.5]
+    with pytest.raises(ValueError, match="different data"):
+        samecheckpoint.episodes({**pub, "dataset_sha256_arrays": "other"}, mine)

@@ -105,7 +105,8 @@ def choice(decl: dict) -> str:
     s = Study(decl)
     c = choose(s)
     out = [f"Mean +- s.e. over training seeds; {_per_row(s)}.", "",
-           "| candidate | " + " | ".join(s.choose) + " | mean over the 4 | minus the leader (s.e.; test) | s / episode |",
+           "| candidate | " + " | ".join(s.choose)
+           + " | mean over the 4 | minus the leader (s.e.; test) | s / episode |",
            "|---|" + "---|" * (len(s.choose) + 3)]  # fmt: skip
     out.append("| base | " + " | ".join(_fmt(s.row(d, "base")) for d in s.choose) + " | - | - | - |")
     for cand, label in s.candidates:

@@ -45,7 +45,7 @@ def render(name: str, decls: dict | None = None) -> str:
         for part in ("text", "render", "after"):
             if not sec.get(part):
                 continue
-            body = _table(decls, decl, sec) if part == "render" else sec[part].strip()
+            body = _table(decls, decl, sec) if part == "render" else sec[part].strip("\n").rstrip()
             out += ["", body]
     return "\n".join(out).rstrip() + "\n"
 

@@ -38,7 +38,8 @@ class RecordError(LookupError):
 
 @cache
 def _folder(out: str) -> tuple[tuple[Path, dict], ...]:
-    """Every JSON object record of one output folder (``OUT/evals/*.json`` for a pipeline folder, else ``OUT/*.json``)."""
+    """Every JSON object record of one output folder (``OUT/evals/*.json`` for a pipeline folder, else
+    ``OUT/*.json``)."""
     base = RES / out
     files = sorted((base / "evals").glob("*.json")) if (base / "evals").is_dir() else sorted(base.glob("*.json"))
     found = []

@@ -100,7 +100,7 @@ def curves(table: dict) -> str:
     for pt in table["points"]:
         base, free, critic = (records.maybe(pt.get(k)) for k in ("base", "free", "critic"))
 
-        def p(x):
+        def p(x, base=base):
             if base is None or x is None:
                 return "-"
             d = diff(base, x)

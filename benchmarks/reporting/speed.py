@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 from .records import RES
+
+
 def f(x, d=2):
     return "-" if x is None else f"{x:.{d}f}"
 
