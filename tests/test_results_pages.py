@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from reporting import beyond, methods, records, samecheckpoint  # noqa: E402
+from reporting import beyond, expert, methods, records, samecheckpoint  # noqa: E402
 
 
 def test_report_check_passes_on_the_committed_records():
@@ -131,3 +131,47 @@ def test_same_checkpoint_pairs_episodes_by_key_on_one_grid():
     assert list(samecheckpoint._per_seed(b, keys)) == [0.5, 0.5]
     with pytest.raises(ValueError, match="different data"):
         samecheckpoint.episodes({**pub, "dataset_sha256_arrays": "other"}, mine)
+
+
+def test_expert_stages_appear_by_adding_records(tmp_path, monkeypatch):
+    """A robot's stage table and training table come from its records: "no stage measured yet" without them, one row
+    per ``eval-STEPS.json`` (keyed by its trained_steps) with them, the gate per task; a file of another robot or whose
+    name disagrees with its steps is refused."""
+    monkeypatch.setattr(expert, "RES", tmp_path)
+    monkeypatch.setattr(expert, "ROOT", tmp_path)
+    robot = {"name": "humanoid", "train": "expert/humanoid/train.csv", "window": 200000, "stages": "expert/humanoid",
+             "gate": 0.9, "datasets": []}  # fmt: skip
+    assert expert.stages(robot).startswith("No stage measured yet")
+    assert expert.training(robot).startswith("No training log yet")
+    folder = tmp_path / "expert" / "humanoid"
+    folder.mkdir(parents=True)
+
+    def stage(steps, success, **extra):
+        direction = dict(episodes=50, mean_return=100.0 + steps / 1e5, std_return=3.0, min_return=90.0,
+                         mean_progress=80.0, std_progress=4.0, falls=7, falls_per_episode=0.14, up_fraction=0.97,
+                         mean_length=1000.0)  # fmt: skip
+        maze = dict(env_id="humanoidmaze-medium-v0", episodes_per_task=10, noise=0.2, success=success,
+                    mean_steps={t: 300.0 for t in success}, falls={t: 1 for t in success},
+                    overall=sum(success.values()) / len(success))  # fmt: skip
+        doc = dict(expert=f"actor-{steps}.npz", robot="humanoid", trained_steps=steps, direction=direction, maze=maze)
+        (folder / f"eval-{steps}.json").write_text(json.dumps({**doc, **extra}))
+
+    stage(1000000, {"1": 0.8, "2": 1.0, "3": 0.9, "4": 1.0, "5": 1.0})
+    stage(400000, {"1": 0.5, "2": 0.6, "3": 0.7, "4": 0.9, "5": 1.0})
+    table = expert.stages(robot)
+    lines = [x for x in table.splitlines() if x.startswith("| 400k") or x.startswith("| 1M")]
+    assert [x.split(" | ")[0] for x in lines] == ["| 400k", "| 1M"]  # by steps, not by file order
+    assert "not met (task 1 0.80)" in lines[1] and "0.80 / 1.00 / 0.90 / 1.00 / 1.00 (0.94)" in lines[1]
+    assert "| 0.97 |" in lines[1] and "maze: falls" in table and "humanoidmaze-medium-v0, 10 episodes per task" in table
+    (folder / "train.csv").write_text("step,episode,return,length,falls,progress,up\n"
+                                      "1000,1,2.0,1000,1,0.5,0.9\n150000,2,4.0,1000,3,1.5,0.7\n"
+                                      "250000,3,9.0,1000,0,3.0,1.0\n")  # fmt: skip
+    train = expert.training(robot)
+    assert "| 0-200 | 2 | 3.0 | 4 / 2 | 1.00 | 0.80 |" in train and "| 200-400 | 1 | 9.0 | 0 / 1 |" in train
+    stage(600000, {"1": 1.0}, robot="ant")
+    with pytest.raises(ValueError, match="not a humanoid evaluation"):
+        expert.stages(robot)
+    (folder / "eval-600000.json").unlink()
+    stage(700000, {"1": 1.0}, trained_steps=800000)
+    with pytest.raises(ValueError, match="not a humanoid evaluation"):
+        expert.stages(robot)
