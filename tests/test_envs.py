@@ -253,7 +253,9 @@ def test_other_mazes_match_ogbench_tasks(env_id):
 
 def test_make_env_errors():
     mazes = ("medium", "large", "giant", "teleport")
-    assert JAX_ENVS == (*(f"pointmaze-{m}-v0" for m in mazes), *(f"antmaze-{m}-v0" for m in mazes), "cube-single-v0")
+    humanoid = tuple(f"humanoidmaze-{m}-v0" for m in mazes[:3])
+    assert JAX_ENVS == (*(f"pointmaze-{m}-v0" for m in mazes), *(f"antmaze-{m}-v0" for m in mazes), "cube-single-v0",
+                        *humanoid)  # fmt: skip
     assert has_jax_env(ENV_ID) and has_jax_env(TELEPORT_ID) and has_jax_env("cube-single-v0")
     assert HOST_ONLY_ENVS == {} and MJX_ENVS == tuple(f"pointmaze-{m}-v0" for m in mazes)
     assert has_mjx(ENV_ID) and not has_mjx("antmaze-medium-v0") and not has_mjx("cube-single-v0")

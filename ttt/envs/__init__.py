@@ -2,9 +2,10 @@
 
 ``make_env(env_id, backend)`` builds the JAX env of an OGBench gymnasium id: every PointMaze maze (medium,
 large, giant, and teleport, whose random exits are drawn from a key carried in the state; physics 'mujoco' or
-'mjx'), every AntMaze maze (``ttt.envs.antmaze``) and cube-single (``ttt.envs.cube``). The ant mazes and the cube
-run OGBench's own MjModel with C MuJoCo through a callback only ('mujoco'): MJX steps the ant maze 350-950x slower
-than C MuJoCo on CPU, and the cube's mesh contacts are out of its reach (``MJX_ENVS`` lists the ids with 'mjx').
+'mjx'), every AntMaze maze (``ttt.envs.antmaze``), every HumanoidMaze maze (``ttt.envs.humanoidmaze``) and
+cube-single (``ttt.envs.cube``). The ant and humanoid mazes and the cube run OGBench's own MjModel with C MuJoCo
+through a callback only ('mujoco'): MJX steps the ant maze 350-950x slower than C MuJoCo on CPU, and the cube's mesh
+contacts are out of its reach (``MJX_ENVS`` lists the ids with 'mjx').
 The host driver (OGBench's gymnasium env stepped from Python) remains for every id.
 """
 
@@ -20,6 +21,8 @@ _LAZY = {  # imported on first use, so that the host-side helpers (`ttt.envs.gym
     "AntMaze": "ttt.envs.antmaze",
     "AntMazeState": "ttt.envs.antmaze",
     "CubeSingle": "ttt.envs.cube",
+    "HumanoidMaze": "ttt.envs.humanoidmaze",
+    "HumanoidMazeState": "ttt.envs.humanoidmaze",
     "CubeState": "ttt.envs.cube",
     "BACKENDS": "ttt.envs.pointmaze",
     "PointMaze": "ttt.envs.pointmaze",
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from ttt.envs.antmaze import AntMaze, AntMazeState
     from ttt.envs.base import Env, State
     from ttt.envs.cube import CubeSingle, CubeState
+    from ttt.envs.humanoidmaze import HumanoidMaze, HumanoidMazeState
     from ttt.envs.pointmaze import BACKENDS, PointMaze, PointMazeState, impose_start_goal
 
 _MAZES = ("medium", "large", "giant", "teleport")
@@ -42,6 +46,7 @@ _ENV_CLASSES: dict[str, tuple[str, str]] = {
     **{f"pointmaze-{m}-v0": ("ttt.envs.pointmaze", "PointMaze") for m in _MAZES},
     **{f"antmaze-{m}-v0": ("ttt.envs.antmaze", "AntMaze") for m in _MAZES},
     "cube-single-v0": ("ttt.envs.cube", "CubeSingle"),
+    **{f"humanoidmaze-{m}-v0": ("ttt.envs.humanoidmaze", "HumanoidMaze") for m in _MAZES[:3]},  # no teleport maze
 }
 JAX_ENVS: tuple[str, ...] = tuple(_ENV_CLASSES)
 
@@ -52,6 +57,12 @@ NO_MJX: dict[str, str] = {
     **{
         f"antmaze-{m}-v0": "MJX steps the ant maze 350-950x slower than C MuJoCo on CPU: benchmarks/antmaze_physics.py"
         for m in _MAZES
+    },
+    **{
+        f"humanoidmaze-{m}-v0": "not built: MJX steps the ant maze 350-950x slower than C MuJoCo on CPU "
+        "(benchmarks/speed/antmaze_physics.py), the humanoid is the larger model, and its reset counts contacts "
+        "on the host"
+        for m in _MAZES[:3]
     },
 }
 
@@ -124,6 +135,8 @@ __all__ = [
     "CubeSingle",
     "CubeState",
     "Env",
+    "HumanoidMaze",
+    "HumanoidMazeState",
     "PointMaze",
     "PointMazeState",
     "State",
