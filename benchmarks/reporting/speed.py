@@ -151,3 +151,71 @@ def tables(decl: dict) -> str:
     for name, rel in decl["files"].items():
         md += kinds[name](json.loads((RES / rel).read_text()))
     return "\n".join(md).rstrip()
+
+
+# ---- this code against an earlier commit (benchmarks/speed/ttt_speed.py records) ----
+
+VERSUS_NEW_ONLY = {"breakdown"}  # parts a ttt_speed.py record measures in the new tree only
+VERSUS_METRIC = {"update": ("ms_per_step", "ms per step", False), "value": ("s_per_episode", "s per episode", False),
+                 "batched": ("episodes_per_s", "episodes/s", True), "row": ("wall_s", "s per row", False),
+                 "episode": ("s_per_episode", "s per episode", False)}  # fmt: skip
+
+
+def _versus_success(runs: list[dict]) -> str:
+    """The first run's success (+- s.e. where recorded), or blank for parts without one."""
+    r = runs[0]
+    if "success" not in r:
+        return ""
+    return f"{r['success']:.2f}" + (f" +- {r['se']:.2f}" if "se" in r else "")
+
+
+def same_selection(a: dict, b: dict) -> bool:
+    """Two episode-part runs made the same episodes: success, steps and every round's selection, exactly."""
+    import math
+
+    def eq(x, y):
+        if isinstance(x, list):
+            return isinstance(y, list) and len(x) == len(y) and all(eq(u, v) for u, v in zip(x, y, strict=True))
+        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+            return True
+        return x == y
+
+    keys = ("success_per_episode", "steps_per_episode")
+    return all(eq(a[k], b[k]) for k in keys) and all(eq(a["rounds"][k], b["rounds"].get(k)) for k in a["rounds"])
+
+
+def versus_table(doc: dict) -> str:
+    """A ttt_speed.py record: each measurement's best (least disturbed) old and new figure and the speed-up."""
+    lines = ["| part | configuration | metric | old | new | speed-up | old success | new success |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in doc["results"]:
+        if r["part"] in VERSUS_NEW_ONLY:
+            continue
+        key, label, higher = VERSUS_METRIC[r["part"]] if r["part"] != "fixed" else VERSUS_METRIC["update"]
+        pick = max if higher else min
+        old, new = pick(x[key] for x in r["old"]), pick(x[key] for x in r["new"])
+        speed = new / old if higher else old / new
+        names = {"fixed": "gcbc 8-wide, batch 8", "": "gcbc cpu, 1M rows", "1": "B = 1", "25": "B = 25"}
+        job = names.get(r["job"], r["job"])
+        if r["part"] == "row":
+            job = f"gcbc cpu, critic (episodes), {r['old'][0]['episodes']} episodes, batches of 25"
+        if r["part"] == "episode":
+            same = all(same_selection(o, n) for o in r["old"] for n in r["new"])
+            job = f"gcbc cpu critic, {r['job']}, 15 episodes (selections identical: {'yes' if same else 'NO'})"
+        fmt = "{:.3f}" if old < 10 else "{:.1f}"
+        lines.append(f"| {r['part']} | {job} | {label} | {fmt.format(old)} | {fmt.format(new)} | {speed:.2f}x | "
+                     f"{_versus_success(r['old'])} | {_versus_success(r['new'])} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def versus(decl: dict) -> str:
+    """Every declared ttt_speed.py record (``records``: [{file, note}]): its command, the commits it measured, the
+    machine it names, the declared note on the machine's load, and its table."""
+    md: list[str] = []
+    for item in decl["records"]:
+        doc = json.loads((RES / item["file"]).read_text())
+        m = doc["machine"]
+        md += [f"### {doc['old']} against {doc['new'].replace(' (+ working tree)', '')}", "",
+               f"`{doc['command']}` (`results/{item['file']}`); {m['cpu']} ({m['cores']} cores), jax {m['jax']}. "
+               + item["note"].strip(), "", versus_table(doc), ""]  # fmt: skip
+    return "\n".join(md).rstrip()

@@ -401,58 +401,6 @@ JOBS = {
 NEW_ONLY = {"breakdown"}  # parts measured in this tree only
 
 
-METRIC = {"update": ("ms_per_step", "ms per step", False), "value": ("s_per_episode", "s per episode", False),
-          "batched": ("episodes_per_s", "episodes/s", True), "row": ("wall_s", "s per row", False),
-          "episode": ("s_per_episode", "s per episode", False)}  # fmt: skip
-
-
-def _success(runs: list[dict]) -> str:
-    """The first run's success (+- s.e. where recorded), or blank for parts without one."""
-    r = runs[0]
-    if "success" not in r:
-        return ""
-    return f"{r['success']:.2f}" + (f" +- {r['se']:.2f}" if "se" in r else "")
-
-
-def _same_selection(a: dict, b: dict) -> bool:
-    """Two episode-part runs made the same episodes: success, steps and every round's selection, exactly."""
-    import math
-
-    def eq(x, y):
-        if isinstance(x, list):
-            return isinstance(y, list) and len(x) == len(y) and all(eq(u, v) for u, v in zip(x, y, strict=True))
-        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
-            return True
-        return x == y
-
-    keys = ("success_per_episode", "steps_per_episode")
-    return all(eq(a[k], b[k]) for k in keys) and all(eq(a["rounds"][k], b["rounds"].get(k)) for k in a["rounds"])
-
-
-def table(doc: dict) -> str:
-    """Markdown: each measurement's best (least disturbed) old and new figure and the speed-up old / new."""
-    lines = ["| part | configuration | metric | old | new | speed-up | old success | new success |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in doc["results"]:
-        if r["part"] in NEW_ONLY:
-            continue
-        key, label, higher = METRIC[r["part"]] if r["part"] != "fixed" else METRIC["update"]
-        pick = max if higher else min
-        old, new = pick(x[key] for x in r["old"]), pick(x[key] for x in r["new"])
-        speed = new / old if higher else old / new
-        names = {"fixed": "gcbc 8-wide, batch 8", "": "gcbc cpu, 1M rows", "1": "B = 1", "25": "B = 25"}
-        job = names.get(r["job"], r["job"])
-        if r["part"] == "row":
-            job = f"gcbc cpu, critic (episodes), {r['old'][0]['episodes']} episodes, batches of 25"
-        if r["part"] == "episode":
-            same = all(_same_selection(o, n) for o in r["old"] for n in r["new"])
-            job = f"gcbc cpu critic, {r['job']}, 15 episodes (selections identical: {'yes' if same else 'NO'})"
-        fmt = "{:.3f}" if old < 10 else "{:.1f}"
-        lines.append(f"| {r['part']} | {job} | {label} | {fmt.format(old)} | {fmt.format(new)} | {speed:.2f}x | "
-                     f"{_success(r['old'])} | {_success(r['new'])} |")  # fmt: skip
-    return "\n".join(lines)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", nargs=2, metavar=("PART", "ARG"), help=argparse.SUPPRESS)
@@ -466,8 +414,11 @@ def main() -> int:
     if args.worker:
         worker(*args.worker)
         return 0
-    if args.report:
-        print(table(json.loads(args.out.read_text())))
+    if args.report:  # the table the results pages render (benchmarks/reporting/speed.py)
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from reporting.speed import versus_table
+
+        print(versus_table(json.loads(args.out.read_text())))
         return 0
     sys.path.insert(0, str(ROOT / "benchmarks" / "speed"))
     from _common import machine
