@@ -142,6 +142,35 @@ def scale_out(doc) -> list[str]:
     return out + [""]
 
 
+def hparam_grid(doc) -> list[str]:
+    """``hparam_grid.py``: one lr x q grid of GC-TTT run three ways (one grid program, one program per point, one
+    program shared by the points run one after another): programs, compile and wall seconds, and how far each point's
+    numbers are from the grid's; then every point's success."""
+    a, m = doc["args"], doc["machine"]
+    out = [
+        f"`python benchmarks/speed/hparam_grid.py --ckpt $TTT_CACHE/ckpt/{a['ckpt']} --data-dir {a['data_dir']} "
+        f"--tasks {' '.join(map(str, a['tasks']))} --out {a['out']}`; "
+        f"variant {a['variant']} (K {a['K']}, N {a['N']}), lr {', '.join(f'{x:g}' for x in a['lr'])} x q "
+        f"{', '.join(f'{x:g}' for x in a['q'])}: {doc['points']} points of {doc['episodes_per_point']} episodes; "
+        f"{m['cpu']} ({m['cores']} cores). Compile s: JAX's tracing, lowering and compile durations "
+        "(`jax.monitoring`); wall s: the whole calls.",
+        "",
+        "| way | programs | compile s | wall s | largest difference from the grid's numbers |",
+        "|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        d = r.get("max_abs_diff")
+        out.append(f"| {r['way']} | {r['programs']} | {r['compile_s']:.1f} | {r['wall_s']:.1f} | "
+                   f"{'-' if d is None else f'{d:g}'} |")  # fmt: skip
+    out += ["", "Success per point: " + "; ".join(f"{k} {v:.2f}" for k, v in doc["success"].items()) + "."]
+    return out
+
+
+def grid(decl: dict) -> str:
+    """The hyper-parameter grid record (``file``)."""
+    return "\n".join(hparam_grid(json.loads((RES / decl["file"]).read_text())))
+
+
 def tables(decl: dict) -> str:
     """Every declared table, in the order declared (``files``)."""
     same25 = lambda d: throughput(d, "### The same 25 episodes through all three drivers")  # noqa: E731
