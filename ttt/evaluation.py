@@ -45,6 +45,7 @@ from ttt.graph import TTGSConfig
 from ttt.hparams import TRACED, HParams, defaults, make_hparams
 from ttt.hparams import stack as stack_hparams
 from ttt.select import IGNORED_BY_RULE
+from ttt.stats import mean_se
 from ttt.storage import check_memory
 
 OGBENCH_TASKS = 5  # evaluation tasks of every OGBench environment this project uses (ids 1..5)
@@ -88,8 +89,7 @@ class EvalResult:
     def mean_and_se(self) -> tuple[float, float]:
         """Mean over seeds of the per-seed success rate, and its standard error over seeds."""
         rates = self.per_seed()
-        se = float(rates.std(ddof=1) / np.sqrt(len(rates))) if len(rates) > 1 else float("nan")
-        return float(rates.mean()), se
+        return float(rates.mean()), mean_se(rates)[1]  # the mean as the records state it (float32 rates)
 
     def per_task(self) -> np.ndarray:
         return self.success.mean(axis=(0, 2))

@@ -85,6 +85,15 @@ def exact_no_spread_p(n_a: int, n_b: int | None = None) -> float:
     return (2.0 if n_a == n_b else 1.0) / math.comb(n_a + n_b, n_a)
 
 
+def _no_spread(diff: float, se: float, n: int, test: str, p_exact: float) -> Diff:
+    """The one rule for rows without spread (within `SPREAD_TOL`), which leave no t to test with: where nothing moved
+    (the difference within `SPREAD_TOL`) t is 0 and p 1; else t is +-inf and p the exact permutation test's, `p_exact`
+    (`exact_no_spread_p`)."""
+    if abs(diff) <= SPREAD_TOL:
+        return Diff(diff, se, 0.0, 1.0, n, test)
+    return Diff(diff, se, math.copysign(math.inf, diff), p_exact, n, test)
+
+
 def paired(a, b) -> Diff:
     """Paired t-test of B - A over seeds (`a`, `b`: per-seed rates, seed i of both on one checkpoint and the same
     episodes). Differences without spread (within `SPREAD_TOL`: float32 rates that moved alike) have no t to test
@@ -95,9 +104,7 @@ def paired(a, b) -> Diff:
     d = b - a
     m, se = mean_se(d)
     if np.ptp(d) <= SPREAD_TOL:  # every seed moved alike (float rounding aside)
-        if abs(m) <= SPREAD_TOL:
-            return Diff(0.0, 0.0, 0.0, 1.0, len(d), "paired")
-        return Diff(m, 0.0, math.copysign(math.inf, m), exact_no_spread_p(len(d)), len(d), "paired")
+        return _no_spread(m, 0.0, len(d), "paired", exact_no_spread_p(len(d)))
     return Diff(m, se, m / se, _t_p(m / se, len(d) - 1), len(d), "paired")
 
 
@@ -122,15 +129,11 @@ def unpaired(a, b) -> Diff:
     a, b = np.asarray(a, float).ravel(), np.asarray(b, float).ravel()
     d = float(b.mean() - a.mean())
     se = math.hypot(mean_se(a)[1], mean_se(b)[1])
+    n = min(len(a), len(b))
     t, p = welch(b, a)
-    if math.isnan(p):
-        if len(a) < 2 or len(b) < 2:  # one seed in a row: no test (the tables need 2 seeds a row)
-            t, p = math.nan, math.nan
-        elif abs(d) <= SPREAD_TOL:
-            t, p = 0.0, 1.0
-        else:
-            t, p = math.copysign(math.inf, d), exact_no_spread_p(len(a), len(b))
-    return Diff(d, se, t, p, min(len(a), len(b)), "welch")
+    if math.isnan(p) and n >= 2:  # neither row has spread (one seed in a row: no test, the tables need 2 a row)
+        return _no_spread(d, se, n, "welch", exact_no_spread_p(len(a), len(b)))
+    return Diff(d, se, t, p, n, "welch")
 
 
 def clustered(a, b) -> Diff:
@@ -146,9 +149,7 @@ def clustered(a, b) -> Diff:
     var = g / (g - 1) * float(((d - m).sum(axis=1) ** 2).sum()) / n**2
     se = math.sqrt(var)
     if np.ptp(d.mean(axis=1)) <= SPREAD_TOL:  # every seed moved alike: no spread, the sign-flip test over seeds
-        if abs(m) <= SPREAD_TOL:
-            return Diff(0.0, 0.0, 0.0, 1.0, g, "clustered")
-        return Diff(m, 0.0, math.copysign(math.inf, m), exact_no_spread_p(g), g, "clustered")
+        return _no_spread(m, 0.0, g, "clustered", exact_no_spread_p(g))
     return Diff(m, se, m / se, _t_p(m / se, g - 1), g, "clustered")
 
 

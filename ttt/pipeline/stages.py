@@ -28,6 +28,7 @@ from ttt.pipeline.plan import RunPlan, TrainPlan
 from ttt.pipeline.records import SCHEMA, portable_run
 from ttt.pretrain import pretrain
 from ttt.safe_files import MAX_JSON_BYTES, loads_json, read_text
+from ttt.stats import mean_se
 from ttt.storage import atomic_save_npz, atomic_write_bytes, atomic_write_text, dumps, file_name, locked, read_json
 
 Echo = Callable[[str], None]
@@ -360,7 +361,7 @@ def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: B
         n_episodes=int(success.size),
         per_seed=rates.tolist(),
         mean=float(rates.mean()),
-        se=float(rates.std(ddof=1) / np.sqrt(len(rates))) if len(rates) > 1 else None,
+        se=mean_se(rates)[1] if len(rates) > 1 else None,  # JSON has no NaN: one seed, no s.e.
         per_task=success.mean(axis=(0, 2)).tolist(),
         success=success.astype(int).tolist(),
         steps=cat("steps").tolist(),
