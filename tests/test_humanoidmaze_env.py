@@ -229,9 +229,10 @@ def test_registered_for_the_compiled_driver():
 
 @pytest.mark.slow
 def test_ttt_eval_compiled_equals_host(tmp_path, capsys):
-    """``ttt eval`` end to end on a 2-episode humanoidmaze dataset made with an untrained (random) expert: base and
-    GC-TTT on the compiled driver and on the host driver give the same per-episode success and steps; the Python API's
-    trajectories (a short horizon) agree, starts and goals exactly."""
+    """``ttt eval`` end to end on a 2-episode humanoidmaze dataset made with an untrained (random) expert: the base
+    policy's full episodes (2000 steps) on the compiled driver and on the host driver give the same per-episode
+    success and steps; GC-TTT through the Python API (a short horizon, where the result holds every observation):
+    the same starts and goals exactly, the same selections, final positions and success."""
     from helpers import pretrain_argv
 
     from ttt.checkpoint import open_checkpoint
@@ -255,17 +256,14 @@ def test_ttt_eval_compiled_equals_host(tmp_path, capsys):
     docs = {}
     for driver in ("compiled", "host"):
         rc, out, err = run(["eval", str(ck), "--dir", str(tmp_path), "--episodes", "1", "--tasks", "1,4",
-                            "--variants", "base,ttt", "--K", "1000", "--N", "2", "--driver", driver,
+                            "--variants", "base", "--driver", driver,
                             "--json", str(tmp_path / f"{driver}.json")], capsys)  # fmt: skip
         assert rc == 0, err
         docs[driver] = json.loads((tmp_path / f"{driver}.json").read_text())
-    for v in ("base", "ttt"):
-        comp, host = docs["compiled"]["variants"][v], docs["host"]["variants"][v]
-        assert np.array(comp["success"]).shape == (1, 2, 1)
-        assert comp["success"] == host["success"] and comp["steps"] == host["steps"], v
-    np.testing.assert_array_equal(docs["compiled"]["variants"]["ttt"]["rounds"]["n_selected"],
-                                  docs["host"]["variants"]["ttt"]["rounds"]["n_selected"])  # fmt: skip
-    # Final positions, through the Python API on a short horizon (the episode's whole state is in the result).
+    comp, host = docs["compiled"]["variants"]["base"], docs["host"]["variants"]["base"]
+    assert np.array(comp["success"]).shape == (1, 2, 1)
+    assert comp["success"] == host["success"] and comp["steps"] == host["steps"]
+    # GC-TTT and final positions, through the Python API on a short horizon.
     data = load(name, tmp_path)
     checkpoint = open_checkpoint(ck)
     ag = checkpoint.load().agent
@@ -278,6 +276,8 @@ def test_ttt_eval_compiled_equals_host(tmp_path, capsys):
     np.testing.assert_array_equal(comp.starts, host.starts)
     np.testing.assert_array_equal(comp.goals, host.goals)
     np.testing.assert_allclose(comp.observations, host.observations, atol=1e-3)
+    np.testing.assert_allclose(comp.observations[..., -1, :2], host.observations[..., -1, :2], atol=1e-4)  # final xy
     np.testing.assert_array_equal(comp.success, host.success)
+    np.testing.assert_array_equal(comp.steps, host.steps)
     for k in ("active", "empty", "n_rel", "n_selected", "n_train_rows"):
         np.testing.assert_array_equal(comp.rounds[k], host.rounds[k], err_msg=k)

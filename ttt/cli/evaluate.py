@@ -40,7 +40,8 @@ from ttt.errors import TttError
     type=click.Choice(["auto", "compiled", "host"]),
     default="auto",
     show_default=True,
-    help="compiled: whole episodes as one program (pointmaze, antmaze, cube-single); host: OGBench's gym env.",
+    help="compiled: whole episodes as one program (pointmaze, antmaze, humanoidmaze, cube-single); host: OGBench's "
+    "gym env.",
 )
 @click.option(
     "--backend",

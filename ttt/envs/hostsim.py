@@ -1,5 +1,5 @@
 """OGBench's MuJoCo environments stepped on the host inside the compiled program: what the ant mazes
-(``ttt.envs.antmaze``) and cube-single (``ttt.envs.cube``) share.
+(``ttt.envs.antmaze``), the humanoid mazes (``ttt.envs.humanoidmaze``) and cube-single (``ttt.envs.cube``) share.
 
 - The physics state of one episode is MuJoCo's integration state (``mj_getState(..., mjSTATE_INTEGRATION)``: time,
   qpos, qvel, warm start, controls, mocap bodies, ...), float64, carried through the program as twice as many uint32
