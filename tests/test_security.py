@@ -433,3 +433,23 @@ def test_load_run_and_eval_stop_on_a_dataset_other_than_the_checkpoints(tmp_path
         ttt.load_run(ck, data_dir=data_dir, dataset=other)
     rc, _, err = run(["eval", str(ck), "--dataset", other, "--dir", str(data_dir)], capsys)
     assert rc == 2 and f"trained on {STITCH}, not on {other}" in one_line_error(err)
+
+
+def test_generation_reads_an_existing_sidecar_safely(tmp_path):
+    """`ttt data generate` asks an existing dataset's sidecar whether this plan made it: a sidecar that is a list, nested
+    too deep or a FIFO means "no" (it was an AttributeError, a RecursionError, a hang)."""
+    from ttt.data.generate import GenerationPlan, _generated_by
+    from ttt.data.specs import get_spec
+
+    plan = GenerationPlan(get_spec(STITCH), 2, 0, get_spec(STITCH).noise, None)
+    train, val = tmp_path / f"{STITCH}.npz", tmp_path / f"{STITCH}-val.npz"
+    train.write_bytes(b""), val.write_bytes(b"")
+    for text in ("[]", "[" * 100_000 + "]" * 100_000, None):
+        side = train.with_suffix(".json")
+        side.unlink(missing_ok=True)
+        if text is None:
+            os.mkfifo(side)
+        else:
+            side.write_text(text)
+        with within(5):
+            assert _generated_by(plan, train, val) is False

@@ -34,6 +34,7 @@ from ttt.data.files import resolve_dir
 from ttt.data.specs import DatasetSpec, get_spec
 from ttt.envs.gym import make_gym_env, oracle_direction, seed_env, upside_down
 from ttt.errors import TttError
+from ttt.safe_files import read_json, safe_load_npz
 from ttt.storage import (
     array_digest,
     atomic_save_npz,
@@ -366,7 +367,7 @@ def _generate(spec, episodes, seed, out_dir, workers, noise, force, progress, ex
 
     paths = []
     for split, path in ((0, train_path), (1, val_path)):
-        parts = [np.load(block_file(s, a)) for s, a, _ in blocks if s == split]
+        parts = [safe_load_npz(block_file(s, a)) for s, a, _ in blocks if s == split]
         arrays = {k: np.concatenate([p[k] for p in parts]) for k in KEYS}
         stats = _episode_stats(spec, parts) | _flip_stats(spec, arrays)
         atomic_save_npz(path, arrays, compress=True)
@@ -404,8 +405,10 @@ def _generated_by(plan: GenerationPlan, train_path: Path, val_path: Path) -> boo
     """Whether both files exist and their sidecars say this plan made them (episodes, seed, noise, expert)."""
     for split, path in ((0, train_path), (1, val_path)):
         try:
-            meta = json.loads(path.with_suffix(".json").read_text())
-        except (OSError, ValueError):
+            meta = read_json(path.with_suffix(".json"))  # the user's directory: a regular file, capped, bounded
+        except TttError:
+            return False
+        if not isinstance(meta, dict):
             return False
         want = dict(seed=plan.seed, noise=plan.noise, episodes=plan.val_episodes if split else plan.episodes)
         if not path.exists() or any(meta.get(k) != v for k, v in want.items()):
@@ -417,10 +420,10 @@ def _generated_by(plan: GenerationPlan, train_path: Path, val_path: Path) -> boo
 
 def _block_ok(path: Path) -> bool:
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return all(k in z.files and z[k] is not None for k in KEYS)  # reading checks the zip CRCs
-    except Exception:  # noqa: BLE001  (any failure to read a cache entry means: rebuild it)
+        z = safe_load_npz(path)  # reading checks the zip CRCs
+    except TttError:  # any failure to read a cache entry means: rebuild it
         return False
+    return all(k in z for k in KEYS)
 
 
 def _episode_stats(spec: DatasetSpec, parts: list) -> dict:
