@@ -38,3 +38,25 @@ def base_rows(table: dict) -> str:
                      f"{_paper(row)} | {d.get('train_s', float('nan')):.0f} | "
                      f"{d.get('updates_per_s', float('nan')):.1f} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def pipeline_rows(table: dict) -> str:
+    """Pipeline rows (``rows``: each ``ref`` and, for a GC-TTT row, its ``base``), one line each: the row's settings,
+    mean +- s.e. over seeds, the paper's figure as the record's run holds it (``paper`` +- ``paper_se``), and the row
+    against its base (p over seeds: paired where both records carry one checkpoint digest, else Welch's)."""
+    from .cells import diff, pm
+
+    lines = ["| group | agent | variant | dataset | lr, N, K | seeds x tasks x episodes | success (mean +- s.e.) | "
+             "paper | vs base: p over seeds (test) |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for row in table["rows"]:
+        x = records.load(row["ref"])
+        run = x["raw"]["run"]
+        paper = "-" if run.get("paper") is None else f"{run['paper']:.2f} +- {run.get('paper_se') or 0:.2f}"
+        p = "-"
+        if row.get("base"):
+            d = diff(records.load(row["base"]), x)
+            p = f"{d.p:.3f} ({'paired' if d.test == 'paired' else 'Welch, unpaired'})"
+        lines.append(f"| {run['group']} | {run['agent']} | {run['variant']} | {run['dataset'].removesuffix('-v0')} | "
+                     f"{run['lr']:g}, {run['N']}, {run['K']} | {x['shape'].replace('x', ' x ')} | {pm(x)} | {paper} | "
+                     f"{p} |")  # fmt: skip
+    return "\n".join(lines)
