@@ -389,3 +389,104 @@ def plan_metrics(p: Plan) -> dict[str, Array]:
         "ttgs_truncated": p.truncated,
         "ttgs_goal_frac": p.goal_steps / jnp.maximum(p.steps, 1).astype(jnp.float32),
     }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# TTGS's tau and threshold from a checkpoint's own value horizon (issue 79, the second pointmaze recipe).
+#
+# The rule, stated before any of its rows ran (benchmarks/studies/pointmaze-beyond-2.md, "Protocol"):
+#
+# 1. The value horizon H of a checkpoint: draw `HORIZON_PAIRS` (state, goal) pairs of the training data's valid rows,
+#    uniformly with replacement (NumPy's generator, seed 0: the same pairs for every checkpoint of a dataset; the
+#    pairs of benchmarks/analyses/value_calibration.py), read each training seed's value as steps (`value_steps`, as
+#    TTGS reads it), take each seed's `HORIZON_QUANTILE` quantile of those steps, and H = the median over the seeds.
+#    A value that saturates (a short pre-training: a 10k-update GC-IQL value reads no pair beyond about 48 steps,
+#    whatever its true distance) has H at its plateau; a value that reads the maze has H at the data's far distances.
+# 2. threshold = round(H / 2) (halves up), held within [`HORIZON_THRESHOLD_MIN`, `HORIZON_THRESHOLD_MAX`]; tau =
+#    threshold / 2. Half the horizon: under it the 10k value still tells near from far (value_calibration.json: a
+#    reading under 24 steps is a pair under about 40-50 maze steps), and TTGS at threshold 24 reached 0.95 on medium
+#    navigate where the published 48 (about H) gave 0.30. At most 48, TTGS's published default: a value that reads
+#    further does not make the policy reach a subgoal further away. tau = threshold / 2: every published pair has
+#    that ratio (24 / 48, 48 / 96, 12 / 24, 6 / 12).
+#
+# No dataset enters the rule: the same function of H on every maze.
+
+HORIZON_PAIRS = 100_000
+HORIZON_QUANTILE = 0.95
+HORIZON_THRESHOLD_MIN = 2.0
+HORIZON_THRESHOLD_MAX = 48.0  # TTGS's published default threshold
+
+
+def horizon_pairs(valid, pairs: int = HORIZON_PAIRS, seed: int = 0):
+    """`pairs` (state row, goal row) index pairs drawn uniformly, with replacement, from the rows where `valid` is
+    True (NumPy's `default_rng(seed)`; the same draw as benchmarks/analyses/value_calibration.py's `pair_rows`)."""
+    import numpy as np
+
+    rows = np.flatnonzero(np.asarray(valid))
+    if len(rows) == 0 or pairs < 1:
+        raise ValueError(f"value horizon: need valid rows and pairs >= 1, got {len(rows)} rows, {pairs} pairs")
+    rng = np.random.default_rng(seed)
+    return rows[rng.integers(0, len(rows), pairs)], rows[rng.integers(0, len(rows), pairs)]
+
+
+def value_horizon(steps, quantile: float = HORIZON_QUANTILE) -> tuple[float, list[float]]:
+    """The value horizon H from `steps` (seeds, pairs): the value's steps of each seed on the same pairs. Returns
+    `(H, per_seed)`: each seed's `quantile` quantile of its steps (NumPy's default, linear interpolation) and their
+    median (the mean of the middle two for an even number of seeds)."""
+    import numpy as np
+
+    s = np.asarray(steps, np.float64)
+    if s.ndim != 2 or s.shape[0] < 1 or s.shape[1] < 1:
+        raise ValueError(f"value horizon: steps must be (seeds, pairs), got shape {s.shape}")
+    if not 0.0 < quantile <= 1.0:
+        raise ValueError(f"value horizon: quantile must be in (0, 1], got {quantile!r}")
+    per_seed = np.quantile(s, quantile, axis=1)
+    if not np.all(np.isfinite(per_seed)):
+        raise ValueError(f"value horizon: non-finite quantile {per_seed.tolist()}")
+    return float(np.median(per_seed)), [float(x) for x in per_seed]
+
+
+def horizon_tau_threshold(horizon: float) -> tuple[float, float]:
+    """TTGS's `(tau, threshold)` from a value horizon H (the rule above): threshold = round(H / 2), halves up, within
+    [`HORIZON_THRESHOLD_MIN`, `HORIZON_THRESHOLD_MAX`]; tau = threshold / 2."""
+    if not _finite(horizon) or horizon < 0:
+        raise ValueError(f"value horizon must be a finite number >= 0, got {horizon!r}")
+    threshold = float(math.floor(horizon / 2.0 + 0.5))
+    threshold = min(max(threshold, HORIZON_THRESHOLD_MIN), HORIZON_THRESHOLD_MAX)
+    return threshold / 2.0, threshold
+
+
+def measure_value_horizon(
+    backbone: Backbone,
+    agents,
+    observations,
+    valid,
+    gamma: float,
+    pairs: int = HORIZON_PAIRS,
+    seed: int = 0,
+    chunk: int = 10_000,
+) -> dict:
+    """A checkpoint's value horizon and the rule's TTGS settings: `agents` the checkpoint's agents stacked over its
+    training seeds (`Checkpoint.load().agent`), `observations` and `valid` its training data's
+    (`Dataset.observations`, `Dataset.valid`), `gamma` its discount. The value is read in `chunk` pairs at a time
+    (memory only). Returns a dict: `horizon` (H), `per_seed` (each seed's quantile), `tau`, `threshold`, `pairs`,
+    `quantile`, `seed`, `gamma`."""
+    import numpy as np
+
+    i, j = horizon_pairs(valid, pairs, seed)
+    obs = np.asarray(observations)
+    n = -(-pairs // chunk) * chunk  # padded to whole chunks (the padding is dropped)
+    pad = lambda idx: np.concatenate([idx, np.full(n - pairs, idx[0])]).reshape(-1, chunk)  # noqa: E731
+    xs, gs = jnp.asarray(obs[pad(i)]), jnp.asarray(obs[pad(j)])
+
+    @eqx.filter_jit
+    def read(agents, xs, gs):
+        one = lambda a: jax.lax.map(lambda xg: value_steps(backbone.value(a, xg[0], xg[1]), gamma), (xs, gs))  # noqa: E731
+        return eqx.filter_vmap(one)(agents)  # (seeds, chunks, chunk)
+
+    steps = np.asarray(read(agents, xs, gs))
+    steps = steps.reshape(steps.shape[0], n)[:, :pairs]
+    horizon, per_seed = value_horizon(steps)
+    tau, threshold = horizon_tau_threshold(horizon)
+    return dict(horizon=horizon, per_seed=per_seed, tau=tau, threshold=threshold, pairs=pairs,
+                quantile=HORIZON_QUANTILE, seed=seed, gamma=float(gamma))  # fmt: skip
