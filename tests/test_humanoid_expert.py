@@ -163,3 +163,23 @@ def test_expert_eval_runs_a_humanoid(tmp_path, monkeypatch, capsys):
     doc = json.loads((tmp_path / "out.json").read_text())
     assert doc["robot"] == "humanoid" and doc["direction"]["episodes"] == 2
     assert doc["direction"]["mean_length"] == 1000  # the humanoid never terminates
+
+
+def test_an_expert_saved_by_ttt_0_1_converts_with_its_weights(tmp_path, monkeypatch, capsys):
+    from ttt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = SACConfig(actor_hidden_dims=(8,))
+    actor = TanhGaussianActor(jax.random.key(3), 29, 8, (8,), final_init_scale=1.0)
+    leaves = [np.asarray(x) for x in jax.tree.leaves(actor)]
+    old = dict(kind="ant-expert", cfg=dataclasses.asdict(cfg), leaves=leaves, meta=dict(step=7, seed=0))
+    (tmp_path / "old.pkl").write_bytes(pickle.dumps(old, protocol=4))  # what ttt 0.1's save_actor wrote
+    assert main(["expert", "convert", "old.pkl", "new.npz"]) in (0, None)
+    back, _, meta = load_actor(tmp_path / "new.npz")
+    assert NumpyExpert(back).digest() == NumpyExpert(actor).digest() and meta["step"] == 7
+    assert "weights sha256 " + NumpyExpert(actor).digest()[:16] in capsys.readouterr().out
+    # A pickle that would run code is refused by the conversion too, in one line, and nothing is written.
+    (tmp_path / "bad.pkl").write_bytes(pickle.dumps(dict(old, x=_Payload()), protocol=4))
+    assert main(["expert", "convert", "bad.pkl", "bad.npz"]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    assert not (tmp_path / "PWNED").exists() and not (tmp_path / "bad.npz").exists()

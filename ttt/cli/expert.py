@@ -137,3 +137,18 @@ def expert_eval(path, episodes, maze, maze_episodes, noise, seed, json_out):
         click.echo(f"{maze} with the BFS oracle and noise {noise}: {rates}; overall {res['overall']:.2f}; {lost}")
     if json_out:
         write_json(Path(json_out), doc)
+
+
+@expert.command("convert")
+@click.argument("src")
+@click.argument("dst")
+def expert_convert(src, dst):
+    """Rewrite an expert saved by ttt 0.1 (SRC, expert.pkl) as DST (expert.npz), its weights unchanged; the pickle
+    is read by ttt's safe reader, so nothing in it runs."""
+    from ttt.data.expert import NumpyExpert, convert_legacy_expert, load_actor
+
+    if not dst.endswith(".npz"):
+        raise TttError(f"DST must end in .npz, got {dst!r}")
+    convert_legacy_expert(src, dst)
+    actor, _, meta = load_actor(dst)
+    click.echo(f"wrote {dst}: {meta.get('step')} steps, weights sha256 {NumpyExpert(actor).digest()[:16]}")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +36,7 @@ import numpy as np
 from ttt.data.sac import Replay, SACConfig, TanhGaussianActor, TrainCarry, init_sac, make_train_step
 from ttt.envs.gym import make_gym_env, oracle_direction, quiet, seed_env, upside_down
 from ttt.errors import TttError
+from ttt.safe_files import loads_json, one_line, safe_load_npz, show
 from ttt.storage import atomic_write_bytes, atomic_write_text, dumps
 
 CKPT_NAME = "checkpoint.npz"
@@ -246,28 +246,29 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray], doc: dict) -> None:
 
 def _read_npz(path: Path, kinds: tuple[str, ...], max_bytes: int) -> tuple[dict, dict[str, np.ndarray]]:
     """The JSON document and the arrays of a file written by ``_write_npz`` whose ``doc['kind']`` is one of
-    ``kinds``; anything else (a pickle, another archive, a truncated file) is a one-line ``TttError``."""
-    what = f"{str(path)[:200]!r} is not a file written by `ttt expert train`"
+    ``kinds``, read by ``ttt.safe_files`` (a regular file within ``max_bytes``, members' sizes checked before
+    anything is decompressed, plain numeric arrays only, never a pickle); anything else is a one-line ``TttError``."""
+    what = f"{show(str(path), 200)} is not a file written by `ttt expert train`"
     if not path.is_file():
         raise TttError(f"{what} (not a regular file)")
-    if path.stat().st_size > max_bytes:
-        raise TttError(f"{what} (larger than {max_bytes >> 20} MiB)")
     with open(path, "rb") as f:
         magic = f.read(2)
     if magic[:1] == b"\x80" or path.suffix == ".pkl":
         raise TttError(f"{what}: expert files are .npz since ttt 0.2 (pickles can run code); retrain, or convert "
-                       "one you trust as docs/datasets.md says")  # fmt: skip
+                       "it with `ttt expert convert OLD.pkl NEW.npz`")  # fmt: skip
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        doc = json.loads(str(arrays.pop("doc")))
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, json.JSONDecodeError) as e:
-        raise TttError(f"{what} ({type(e).__name__}: {str(e)[:200]!r})") from None
+        arrays = safe_load_npz(path, max_bytes, "expert", required=("doc",))
+        text = arrays.pop("doc")
+        if text.dtype.kind != "U" or text.ndim != 0:
+            raise TttError("its document is not text")
+        doc = loads_json(str(text), "its document")
+    except TttError as e:
+        raise TttError(f"{what} ({one_line(str(e), 300)})") from None
     if not isinstance(doc, dict) or doc.get("kind") not in kinds or doc.get("format") != FORMAT:
         raise TttError(f"{what} (expected one of: {', '.join(kinds)})")
     for k, v in arrays.items():
-        if v.dtype.kind not in "biuf" or v.dtype.fields is not None:
-            raise TttError(f"{what} (array {k!r} has dtype {v.dtype})")
+        if v.dtype.kind not in "biuf":
+            raise TttError(f"{what} (array {show(k)} has dtype {v.dtype})")
     return doc, arrays
 
 
@@ -324,6 +325,35 @@ def load_actor(path: str | Path) -> tuple[TanhGaussianActor, SACConfig, dict]:
         raise TttError(f"{str(path)[:200]!r}: the saved actor does not match a {cfg.actor_hidden_dims} actor")
     actor = eqx.combine(jax.tree.unflatten(treedef, [jnp.asarray(x) for x in got]), static)
     return actor, cfg, meta
+
+
+def convert_legacy_expert(src: str | Path, dst: str | Path) -> dict:
+    """An actor saved by ttt 0.1 (``expert.pkl`` / ``actors/actor-STEP.pkl``: a pickled dict of the config, the
+    leaves and the training record) rewritten as ``expert.npz``, its weights unchanged. The pickle is read by
+    ``ttt.safe_pickle`` (plain values and arrays built by the reader; nothing in it runs). Returns the new meta."""
+    from ttt.safe_pickle import load as safe_pickle_load
+
+    doc = safe_pickle_load(Path(src))
+    if not isinstance(doc, dict) or doc.get("kind") != "ant-expert" or not isinstance(doc.get("leaves"), list):
+        raise TttError(f"{show(str(src), 200)} is not an expert saved by ttt 0.1 (ant-expert, expert.pkl)")
+    try:
+        cfg = SACConfig(**doc["cfg"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise TttError(f"{show(str(src), 200)}: its settings are not an expert's ({type(e).__name__})") from None
+    obs_dim, action_dim = int(doc.get("obs_dim", ANT_OBS_DIM)), int(doc.get("action_dim", ANT_ACTION_DIM))
+    like = TanhGaussianActor(jax.random.key(0), obs_dim, action_dim, cfg.actor_hidden_dims)
+    params, static = eqx.partition(like, eqx.is_array)
+    want, treedef = jax.tree.flatten(params)
+    got = doc["leaves"]
+    if [a.shape for a in want] != [np.shape(x) for x in got] or not all(
+        isinstance(x, np.ndarray) and x.dtype == np.float32 for x in got
+    ):
+        raise TttError(f"{show(str(src), 200)}: the saved actor does not match a {cfg.actor_hidden_dims} actor")
+    actor = eqx.combine(jax.tree.unflatten(treedef, [jnp.asarray(x) for x in got]), static)
+    meta = dict(doc.get("meta") or {}) if isinstance(doc.get("meta"), dict) else {}
+    meta = {k: v for k, v in meta.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)}
+    save_actor(Path(dst), actor, cfg, meta, robot="ant")
+    return meta
 
 
 def blas_kernel() -> str | None:
