@@ -436,8 +436,8 @@ def test_load_run_and_eval_stop_on_a_dataset_other_than_the_checkpoints(tmp_path
 
 
 def test_generation_reads_an_existing_sidecar_safely(tmp_path):
-    """`ttt data generate` asks an existing dataset's sidecar whether this plan made it: a sidecar that is a list, nested
-    too deep or a FIFO means "no" (it was an AttributeError, a RecursionError, a hang)."""
+    """`ttt data generate` asks an existing dataset's sidecar whether this plan made it: a sidecar that is a list,
+    nested too deep or a FIFO means "no" (it was an AttributeError, a RecursionError, a hang)."""
     from ttt.data.generate import GenerationPlan, _generated_by
     from ttt.data.specs import get_spec
 
