@@ -211,7 +211,7 @@ def test_antmaze_data_stage_needs_an_expert(tmp_path):
     def bar(*a):
         raise AssertionError("nothing may be generated")
 
-    with pytest.raises(TttError, match="set the run key expert to an expert.pkl"):
+    with pytest.raises(TttError, match="set the run key expert to an expert.npz"):
         ensure_data(plan_run(run, tmp_path / "cache"), True, bar, lambda s: None)
     with pytest.raises(TttError, match="the 'data' stage produces it"):
         ensure_data(plan_run(run, tmp_path / "cache"), False, bar, lambda s: None)

@@ -87,8 +87,8 @@ RUN_KEYS: dict[str, Key] = {
     "data_episodes": Key("int", None, "training episodes to generate (null: OGBench's full size)", True, None, *_pos),
     "data_seed": Key("int", 0, "generation seed", False, None, *_nonneg),
     "data_dir": Key("str", None, "dataset directory (null: OGBench's for full size, else the cache)", nullable=True),
-    "expert": Key("str", None, "antmaze: the ant expert that generates the data (`ttt expert train ant`'s "
-                  "expert.pkl)", nullable=True),
+    "expert": Key("str", None, "antmaze / humanoidmaze: the expert that generates the data (`ttt expert train "
+                  "ROBOT`'s expert.npz)", nullable=True),
     # Stage 2: pre-training.
     "profile": Key("str", "cpu", "network/batch/steps profile", choices=_profile_names),
     "steps": Key("int", None, "pre-training steps (null: the profile's)", True, None, *_pos),

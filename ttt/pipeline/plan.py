@@ -48,7 +48,7 @@ class DataPlan:
     seed: int
     directory: Path  # the run's data_dir, OGBench's directory at full size, else the cache's
     cached: bool  # it lives in the cache: a corrupt copy is generated again (else it is the user's: reported)
-    expert: str | None  # antmaze: the ant expert that generates it
+    expert: str | None  # antmaze / humanoidmaze: the expert that generates it
 
     @property
     def name(self) -> str:

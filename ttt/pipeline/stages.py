@@ -61,8 +61,8 @@ def ensure_data(plan: RunPlan, generate: bool, bar: BarFactory, echo: Echo) -> P
         )
     if p.spec.needs_expert and p.expert is None:
         raise TttError(
-            f"dataset {p.what} is missing from {d} and is generated with an ant expert: set the run key expert to "
-            "an expert.pkl (train one with `ttt expert train ant`)"
+            f"dataset {p.what} is missing from {d} and is generated with a {p.spec.robot} expert: set the run key "
+            f"expert to an expert.npz (train one with `ttt expert train {p.spec.robot}`)"
         )
     echo(f"  data: generating {p.what} into {d}")
     d.mkdir(parents=True, exist_ok=True)
