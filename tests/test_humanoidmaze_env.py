@@ -79,7 +79,7 @@ def _random_actions(steps: int, batch: int, seed: int = 0) -> np.ndarray:
 
 
 @pytest.mark.parametrize("maze, key, tasks, steps", [("medium", 7, (1, 3, 5), 40), ("medium", 8, (2, 4, 2), 25),
-                                                     ("giant", 1, (1, 2), 15)])  # fmt: skip
+                                                     ("large", 2, (3,), 10), ("giant", 1, (1, 2), 15)])  # fmt: skip
 def test_compiled_humanoid_gives_the_gym_trajectories_bit_for_bit(maze, key, tasks, steps):
     """Episodes vmapped, as the compiled episode runs them (the physics split over worker threads): first
     observation, goal observation and every step's observation equal OGBench's gymnasium env exactly, with random

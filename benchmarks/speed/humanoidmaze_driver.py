@@ -2,7 +2,7 @@
 both drivers, side by side in one process; and how many poses OGBench's humanoid reset draws.
 
     XLA_FLAGS=--xla_cpu_multi_thread_eigen=false python benchmarks/speed/humanoidmaze_driver.py \
-        [--env humanoidmaze-medium-v0] [--K 200] [--N 10] [--reps 3] [--resets 20000] [--out FILE.json]
+        [--env humanoidmaze-medium-v0] [--K 200] [--N 10] [--reps 3] [--tasks 1] [--resets 20000] [--out FILE.json]
 
 - Resets: OGBench's own ``HumanoidEnv.reset_model`` (its rejection loop: a pose is drawn again while it penetrates
   anything) run ``--resets`` times after ``mj_resetData`` with OGBench's own generator, attempts counted: the
@@ -10,10 +10,12 @@ both drivers, side by side in one process; and how many poses OGBench's humanoid
 - Episodes: a GC-BC agent at the cpu profile's widths, untrained (its episodes never reach the goal, so every one
   runs OGBench's full 2000 steps), on a small stitch dataset generated here with an untrained humanoid expert
   (``--data-episodes``; GC-TTT's value pass and selection scale with the rows, so its figure is a floor for a full
-  dataset). Task 1, one seed, one episode per call; each (variant, driver) runs ``--reps`` times, alternating the
-  drivers: the first call compiles, the others are warm (their median is the figure). Success and steps must agree.
+  dataset). One seed, one episode per task of ``--tasks`` (default: task 1 alone) per call; each (variant, driver)
+  runs ``--reps`` times, alternating the drivers: the first call compiles, the others are warm (their median is the
+  figure). Success and steps must agree.
   Also timed: OGBench's gymnasium step alone (the host driver's environment) and the compiled driver's C MuJoCo
-  callbacks (seconds inside them, per warm episode).
+  callbacks (seconds inside them, per warm call). The machine's load average is recorded before and after: the
+  figures are wall times, and a shared machine's other work is in them.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def main() -> int:
     ap.add_argument("--K", type=int, default=200)
     ap.add_argument("--N", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--tasks", default="1", help="comma-separated task ids: one episode each per call (a batch)")
     ap.add_argument("--resets", type=int, default=20000)
     ap.add_argument("--data-episodes", type=int, default=20)
     ap.add_argument("--out", type=Path, default=None)
@@ -94,9 +97,9 @@ def main() -> int:
     if os.environ.get("XLA_FLAGS"):
         command = f"XLA_FLAGS={os.environ['XLA_FLAGS']} {command}"
     print(command, flush=True)
-    doc = dict(
-        command=command, machine=machine(), env=args.env, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    )
+    tasks = tuple(int(t) for t in args.tasks.split(","))
+    doc = dict(command=command, machine=machine(), env=args.env, tasks=list(tasks), load_before=os.getloadavg(),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))  # fmt: skip
 
     if args.resets:
         doc["resets"] = count_reset_attempts(args.env, args.resets)
@@ -142,7 +145,7 @@ def main() -> int:
             for driver in ("compiled", "host"):
                 env_s = env.info.step_fn.seconds + env.info.reset_fn.seconds
                 t = time.perf_counter()
-                res = evaluate(setup, agents, data, episodes=1, tasks=(1,), seed=0, driver=driver)
+                res = evaluate(setup, agents, data, episodes=1, tasks=tasks, seed=0, driver=driver)
                 wall = time.perf_counter() - t
                 cb = env.info.step_fn.seconds + env.info.reset_fn.seconds - env_s
                 runs[driver].append(dict(wall_s=wall, steps=int(res.steps.sum()), callbacks_s=cb if driver ==
@@ -160,11 +163,14 @@ def main() -> int:
                    compiled_callbacks_warm_s=statistics.median(r["callbacks_s"] for r in runs["compiled"][1:]),
                    runs=runs)  # fmt: skip
         rows.append(row)
-        print(f"{variant}: warm episode compiled {warm['compiled']:.2f} s, host {warm['host']:.2f} s "
+        print(f"{variant}: warm call ({len(tasks)} episode(s)) compiled {warm['compiled']:.2f} s, host "
+              f"{warm['host']:.2f} s "
               f"(host / compiled {row['host_over_compiled']:.2f}); first call (compiles) compiled "
               f"{row['first_call_s']['compiled']:.2f} s, host {row['first_call_s']['host']:.2f} s; same success "
               f"and steps: {same}", flush=True)  # fmt: skip
     doc["rows"] = rows
+    doc["load_after"] = os.getloadavg()
+    print(f"load average before {doc['load_before']}, after {doc['load_after']}", flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -24,10 +24,12 @@ Read from OGBench's gymnasium env once per id on the host (``ogbench/locomaze/{m
   height, extremities in the torso frame, torso vertical orientation, subtree linear velocity, qvel: 69 numbers);
   success (timing 'post') ``||xy - goal|| <= 0.5`` in float64 on the host, as OGBench's ``compute_success``.
 
-The bound on ``reset_model``'s attempts: its pose is accepted with probability 0.74 (20,000 resets of OGBench's own
-loop with its own generator, ``python benchmarks/speed/humanoidmaze_driver.py``: 1.35 attempts on average, 11 at
-most), so all ``ATTEMPTS`` = 32 poses penetrate with probability 0.26**32, about 1e-19 per ``reset_model`` call.
-That reset raises (a ``TttError`` naming the key's episode, through the callback) rather than drawing further.
+The bound on ``reset_model``'s attempts: a pose is accepted with probability 0.74 (20,000 calls of OGBench's own
+``reset_model`` after ``mj_resetData``, with its own generator: 1.35 attempts on average, 11 at most;
+``python benchmarks/speed/humanoidmaze_driver.py``, benchmarks/results/speed/humanoidmaze_driver.json), so all
+``ATTEMPTS`` = 32 poses penetrate with probability 0.26**32, about 1.4e-19 per call (two calls per reset). Such a
+reset raises a ``TttError`` (through the callback on the compiled driver) rather than drawing further, so a reset
+stays a pure function of its key.
 
 Only the 'mujoco' backend, as the ant mazes (MJX steps the ant maze 350-950x slower than C MuJoCo on CPU,
 ``benchmarks/speed/antmaze_physics.py``; the humanoid in MJX is not measured here).
@@ -144,7 +146,7 @@ def reset_model(u, quat: np.ndarray, qvel: np.ndarray, joints: np.ndarray) -> in
         if d.ncon == 0:
             return k + 1
     raise TttError(f"humanoid reset: all {len(quat)} poses drawn for this episode penetrate the floor or a wall "
-                   "(probability about 1e-19 per reset); evaluate with another --seed")  # fmt: skip
+                   "(probability about 1e-19); evaluate with another --seed")  # fmt: skip
 
 
 def ogbench_reset(u, draws: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
