@@ -140,29 +140,36 @@ def test_expert_stages_appear_by_adding_records(tmp_path, monkeypatch):
     monkeypatch.setattr(expert, "RES", tmp_path)
     monkeypatch.setattr(expert, "ROOT", tmp_path)
     robot = {"name": "humanoid", "train": "expert/humanoid/train.csv", "window": 200000, "stages": "expert/humanoid",
-             "gate": 0.9, "datasets": []}  # fmt: skip
+             "gate": 0.9, "gate_episodes": 10, "datasets": []}  # fmt: skip
     assert expert.stages(robot).startswith("No stage measured yet")
     assert expert.training(robot).startswith("No training log yet")
     folder = tmp_path / "expert" / "humanoid"
     folder.mkdir(parents=True)
 
-    def stage(steps, success, **extra):
+    def stage(steps, success, progress=80.0, maze_episodes=10, **extra):
         direction = dict(episodes=50, mean_return=100.0 + steps / 1e5, std_return=3.0, min_return=90.0,
-                         mean_progress=80.0, std_progress=4.0, falls=7, falls_per_episode=0.14, up_fraction=0.97,
+                         mean_progress=progress, std_progress=7.0, falls=7, falls_per_episode=0.14, up_fraction=0.97,
                          mean_length=1000.0)  # fmt: skip
-        maze = dict(env_id="humanoidmaze-medium-v0", episodes_per_task=10, noise=0.2, success=success,
+        maze = dict(env_id="humanoidmaze-medium-v0", episodes_per_task=maze_episodes, noise=0.2, success=success,
                     mean_steps={t: 300.0 for t in success}, falls={t: 1 for t in success},
                     overall=sum(success.values()) / len(success))  # fmt: skip
         doc = dict(expert=f"actor-{steps}.npz", robot="humanoid", trained_steps=steps, direction=direction, maze=maze)
         (folder / f"eval-{steps}.json").write_text(json.dumps({**doc, **extra}))
 
-    stage(1000000, {"1": 0.8, "2": 1.0, "3": 0.9, "4": 1.0, "5": 1.0})
-    stage(400000, {"1": 0.5, "2": 0.6, "3": 0.7, "4": 0.9, "5": 1.0})
+    stage(1000000, {"1": 0.8, "2": 1.0, "3": 0.9, "4": 1.0, "5": 1.0}, progress=82.0)
+    stage(400000, {"1": 0.5, "2": 0.6, "3": 0.7, "4": 0.9, "5": 1.0}, progress=70.0)
+    stage(200000, {"1": 1.0, "2": 1.0, "3": 1.0, "4": 1.0, "5": 1.0}, progress=40.0, maze_episodes=4)
     table = expert.stages(robot)
-    lines = [x for x in table.splitlines() if x.startswith("| 400k") or x.startswith("| 1M")]
-    assert [x.split(" | ")[0] for x in lines] == ["| 400k", "| 1M"]  # by steps, not by file order
-    assert "not met (task 1 0.80)" in lines[1] and "0.80 / 1.00 / 0.90 / 1.00 / 1.00 (0.94)" in lines[1]
-    assert "| 0.97 |" in lines[1] and "maze: falls" in table and "humanoidmaze-medium-v0, 10 episodes per task" in table
+    lines = [x for x in table.splitlines() if x.startswith(("| 200k", "| 400k", "| 1M"))]
+    assert [x.split(" | ")[0] for x in lines] == ["| 200k", "| 400k", "| 1M"]  # by steps, not by file order
+    assert "every task at or above (4 episodes a task; the gate reads 10)" in lines[0]  # 4 a task: not the gate's
+    assert "not met (task 1 0.50, task 2 0.60, task 3 0.70)" in lines[1]
+    assert "not met (task 1 0.80)" in lines[2] and "0.80 / 1.00 / 0.90 / 1.00 / 1.00 (0.94)" in lines[2]
+    assert "| 0.97 |" in lines[2] and "maze: falls" in table and "humanoidmaze-medium-v0, 10 episodes per task" in table
+    # the stop rule on progress: s.e. = 7 / sqrt(49) = 1 a stage, two combined s.e. = 2.83
+    assert "progress +30.0 (2 s.e. 2.8): moved" in lines[1] and "progress +12.0 (2 s.e. 2.8): moved" in lines[2]
+    stage(1000000, {"1": 0.8, "2": 1.0, "3": 0.9, "4": 1.0, "5": 1.0}, progress=72.0)
+    assert "progress +2.0 (2 s.e. 2.8): within 2 s.e." in expert.stages(robot)
     (folder / "train.csv").write_text("step,episode,return,length,falls,progress,up\n"
                                       "1000,1,2.0,1000,1,0.5,0.9\n150000,2,4.0,1000,3,1.5,0.7\n"
                                       "250000,3,9.0,1000,0,3.0,1.0\n")  # fmt: skip

@@ -95,12 +95,38 @@ def _stage_rows(robot: dict) -> list[dict]:
     return sorted(rows, key=lambda r: r["steps"])
 
 
-def gate(maze: dict | None, least: float) -> str:
-    """The data-generation gate on one maze test: "met" where every task's success is at least ``least``."""
+def gate(maze: dict | None, least: float, episodes: int = 0) -> str:
+    """The data-generation gate on one maze test: "met" where every task's success is at least ``least`` on at least
+    ``episodes`` episodes a task; a test of fewer episodes a task is not the gate's, and says only which way it
+    points."""
     if not maze:
         return "not measured"
     low = {t: v for t, v in maze["success"].items() if v < least - 1e-9}
+    if maze["episodes_per_task"] < episodes:
+        where = "every task at or above" if not low else "below on " + ", ".join(f"task {t}" for t in low)
+        return f"{where} ({maze['episodes_per_task']} episodes a task; the gate reads {episodes})"
     return "met" if not low else "not met (" + ", ".join(f"task {t} {v:.2f}" for t, v in low.items()) + ")"
+
+
+def _progress(d: dict) -> tuple[float, float]:
+    """Mean progress along the direction and its s.e. over episodes (from the per-episode list where recorded)."""
+    from ttt import stats
+
+    if d.get("progress"):
+        return stats.mean_se(d["progress"])
+    n = d["episodes"]
+    return d["mean_progress"], d["std_progress"] / max(n - 1, 1) ** 0.5  # np.std (ddof 0) -> s.e. of the mean
+
+
+def moved(before: dict | None, after: dict | None) -> str:
+    """The stop rule's test on progress: the change from the stage before against two combined s.e.; the fraction of
+    steps up as its change only (the record holds no per-episode fraction, so no s.e.)."""
+    if not before or not after or before.get("mean_progress") is None or after.get("mean_progress") is None:
+        return "-"
+    (m0, s0), (m1, s1) = _progress(before), _progress(after)
+    two = 2 * (s0**2 + s1**2) ** 0.5
+    word = "moved" if abs(m1 - m0) > two else "within 2 s.e."
+    return f"progress {m1 - m0:+.1f} (2 s.e. {two:.1f}): {word}; up {after['up_fraction'] - before['up_fraction']:+.2f}"
 
 
 def _k(steps: int) -> str:
@@ -122,9 +148,10 @@ def stages(robot: dict) -> str:
     tasks = sorted({t for r in rows if r["maze"] for t in r["maze"]["success"]}, key=int)
     lost = "falls" if any(r["maze"] and "falls" in r["maze"] for r in rows) else "turned over"
     head = ["steps", *(["eval seed"] if seeds else []), "episodes", "return (mean +- std, min)", "falls",
-            *(["progress (mean +- std)", "fraction up", "mean length"] if rich else []),
+            *(["progress (mean +- std)", "fraction up", "mean length", "vs the stage before"] if rich else []),
             f"maze: tasks {' / '.join(tasks)} (overall)", f"maze: {lost}", f"gate (every task >= {robot['gate']:.2f})"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
+    prev = None
     for r in rows:
         d, m = r["direction"] or {}, r["maze"]
         cells = [_k(r["steps"]), *([str(r["seed"]) if r["seed"] is not None else "-"] if seeds else [])]
@@ -133,15 +160,16 @@ def stages(robot: dict) -> str:
                       str(d["falls"])]  # fmt: skip
             if rich:
                 cells += [f"{d['mean_progress']:.1f} +- {d['std_progress']:.1f}", f"{d['up_fraction']:.2f}",
-                          f"{d['mean_length']:.0f}"]  # fmt: skip
+                          f"{d['mean_length']:.0f}", moved(prev, d)]  # fmt: skip
         else:
-            cells += ["-"] * (6 if rich else 3)
+            cells += ["-"] * (7 if rich else 3)
+        prev = d or prev
         if m:
             per = " / ".join(f"{m['success'][t]:.2f}" if t in m["success"] else "-" for t in tasks)
             cells += [f"{per} ({m['overall']:.2f})", str(sum((m.get("falls") or m.get("flipped") or {}).values()))]
         else:
             cells += ["-", "-"]
-        out.append("| " + " | ".join(cells + [gate(m, robot["gate"])]) + " |")
+        out.append("| " + " | ".join(cells + [gate(m, robot["gate"], robot.get("gate_episodes", 0))]) + " |")
     said = "; ".join(f"{e}, {n} episodes per task" + (f", action noise {z:g}" if z is not None else "")
                      for e, n, z in mazes)  # fmt: skip
     out += ["", f"Maze test: {said}. Records: `{where}`."]
@@ -169,7 +197,8 @@ def data_gate(robot: dict) -> str:
     for d in metas:
         evals = [r for r in rows if r["digest"] and r["digest"] == d["expert_sha256"]]
         steps = ", ".join(sorted({_k(r["steps"]) for r in evals})) or "not among the evaluated actors"
-        verdicts = "; ".join(f"seed {r['seed']}: {gate(r['maze'], robot['gate'])}" for r in evals) or "-"
+        verdicts = "; ".join(f"seed {r['seed']}: {gate(r['maze'], robot['gate'], robot.get('gate_episodes', 0))}"
+                             for r in evals) or "-"  # fmt: skip
         out.append(f"| {d['name']} | {d['split']} | {d['expert_sha256'][:12]} | {steps} | {verdicts} |")
     for digest in dict.fromkeys(d["expert_sha256"] for d in metas):
         evals = [r["direction"] for r in rows if r["digest"] == digest and r["direction"]]
