@@ -1,0 +1,254 @@
+"""The second beyond-the-anchors recipe (issue 79): the first recipe's kind (``beyond``: the choice, more seeds) with
+what a second recipe adds: the pre-training beside the anchor's and the first recipe's word beside ours, TTGS's
+settings checked against the rule of each checkpoint's own value horizon, and the diagnosis measured before (10k
+updates) and after (100k).
+
+The declaration (``beyond2``): ``beyond``'s keys (``datasets``, ``choose``, ``candidates``, ``rows``, ``more``), plus
+``ours`` / ``anchors_pretrain`` (the pre-training, as words), ``first`` (per dataset short name: the first recipe's
+chosen row, a record reference), ``before`` (the 10k rows: ``SHORT-base``, ``SHORT-ttt-alpha0.3``,
+``SHORT-ttgs-rule``, record references), ``rule_rows`` (the row suffixes whose TTGS settings the rule sets),
+``horizon_dir`` (the folder under benchmarks/results/ of ``value_horizon.py`` records) and ``probe_files``
+(``near_goal_actions.py`` records). A horizon or probe record is found by the checkpoint digest of the dataset's base
+row; none yet reads "not measured yet".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from functools import cache
+
+from ttt import stats
+from ttt.graph import horizon_tau_threshold
+
+from . import records
+from .beyond import Study, anchor_verdict, choose
+from .cells import diff
+
+PROBE_OFFSETS = (1, 3, 6, 24)
+NOT_RUN, NOT_MEASURED = "not run yet", "not measured yet"
+
+
+@cache
+def _json_docs(folder: str) -> tuple[dict, ...]:
+    base = records.RES / folder
+    return tuple(json.loads(p.read_text()) for p in sorted(base.glob("*.json"))) if base.is_dir() else ()
+
+
+@cache
+def _probe_rows(files: tuple[str, ...]) -> tuple[dict, ...]:
+    out = []
+    for f in files:
+        p = records.RES / f
+        if p.is_file():
+            out += json.loads(p.read_text()).get("rows", [])
+    return tuple(out)
+
+
+def horizon_of(decl: dict, sha: str | None) -> dict | None:
+    """The value-horizon record of the checkpoint with digest `sha` (None: none yet). Two records of one checkpoint
+    must agree on H and the rule's settings (else the page refuses to render)."""
+    if sha is None:
+        return None
+    hits = [d for d in _json_docs(decl["horizon_dir"]) if d.get("checkpoint_sha256") == sha]
+    if len({(d["horizon"], d["tau"], d["threshold"]) for d in hits}) > 1:
+        raise records.RecordError(f"{decl['horizon_dir']}: horizon records of checkpoint {sha[:12]} disagree")
+    return hits[0] if hits else None
+
+
+def probe_of(decl: dict, sha: str | None) -> dict | None:
+    if sha is None:
+        return None
+    return next((r for r in _probe_rows(tuple(decl["probe_files"])) if r.get("checkpoint_sha256") == sha), None)
+
+
+def _pm(x: dict | None) -> str:
+    if x is None:
+        return NOT_RUN
+    m, s = stats.mean_se(x["per_seed"])
+    return f"{m:.2f} +- {s:.2f}"
+
+
+def _wall(x: dict | None) -> str:
+    wall = None if x is None else x["raw"].get("wall_s")
+    return "-" if wall is None else f"{wall / x['n']:.1f}"
+
+
+def _before(decl: dict, short: str, suffix: str) -> dict | None:
+    return records.maybe(decl.get("before", {}).get(f"{short}-{suffix}"))
+
+
+def rule_follows(decl: dict, rec: dict) -> tuple[dict | None, str]:
+    """Whether a TTGS (rule) row ran the rule's tau / threshold for its own checkpoint: (its horizon record, word)."""
+    h = horizon_of(decl, rec["sha"])
+    if h is None:
+        return None, "no horizon record of its checkpoint"
+    ttgs = (rec["raw"].get("run") or {}).get("ttgs") or {}
+    tau, thr = horizon_tau_threshold(h["horizon"])
+    ran = (ttgs.get("tau"), ttgs.get("threshold"))
+    if ran == (tau, thr):
+        return h, "yes"
+    return h, f"NO: ran tau {ran[0]}, threshold {ran[1]}; the rule gives {tau:g}, {thr:g}"
+
+
+def rule_check(decl: dict) -> str:
+    """Each TTGS (rule) row beside its checkpoint's horizon and the settings the rule gives it."""
+    out = ["| dataset | row | updates | checkpoint | H (per seed) | the rule: tau, threshold | the row ran: tau, "
+           "threshold | follows the rule |", "|---|" + "---|" * 7]  # fmt: skip
+    for ds in decl["datasets"]:
+        short = ds["short"]
+        rows = [
+            ("10k", _before(decl, short, "ttgs-rule")),
+            ("100k", records.maybe(decl["rows"].get(f"{short}-ttgs-rule"))),
+        ]
+        if decl["rows"].get(f"{short}-ttgs-rule-more"):  # the more seeds' own checkpoint and horizon
+            rows.append(("100k, more seeds", records.maybe(decl["rows"][f"{short}-ttgs-rule-more"])))
+        for label, rec in rows:
+            if rec is None:
+                out.append(f"| {short} | TTGS (rule), {label} | - | - | - | - | {NOT_RUN} | - |")
+                continue
+            h, word = rule_follows(decl, rec)
+            ttgs = (rec["raw"].get("run") or {}).get("ttgs") or {}
+            hcell = NOT_MEASURED if h is None else (f"{h['horizon']:.1f} ("
+                                                    + ", ".join(f"{x:.0f}" for x in h["per_seed"]) + ")")  # fmt: skip
+            rule = "-" if h is None else f"{h['tau']:g}, {h['threshold']:g}"
+            out.append(f"| {short} | TTGS (rule), {label} | {rec['step']} | {rec['sha'][:12]} | {hcell} | {rule} | "
+                       f"{ttgs.get('tau')}, {ttgs.get('threshold')} | {word} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def anchors(decl: dict) -> str:
+    """Every dataset against the best published, the pre-training beside the anchor's and the first recipe's
+    word beside ours."""
+    s = Study(decl)
+    c = choose(s)
+    labels = dict(s.candidates)
+    heads = " | ".join(lb for _, lb in s.candidates)
+    out = ["| dataset | best published (method; source) | pre-training: anchor / ours | first recipe (10k) | "
+           f"ours: recipe | base | {heads} | recipe - base (s.e., p) | s / episode | verdict |",
+           "|---|" + "---|" * (8 + len(s.candidates))]  # fmt: skip
+    for ds in s.datasets:
+        short = ds["short"]
+        anchor, anchor_se = s.anchor(ds)
+        held = "" if short in s.choose else " (held out)"
+        first = records.maybe(decl["first"].get(short))
+        first_cell = NOT_RUN
+        if first is not None:
+            m, se = stats.mean_se(first["per_seed"])
+            first_cell = f"{m:.2f} +- {se:.2f} ({anchor_verdict(m, se, anchor, anchor_se)})"
+        base = s.row(short, "base")
+        ours, gain, wall, verdict = "not chosen yet", "-", "-", "-"
+        if c["recipe"] is not None:
+            recipe = s.row(short, c["recipe"])
+            ours = f"{labels[c['recipe']]}: {NOT_RUN}"
+            if recipe is not None:
+                m, se = stats.mean_se(recipe["per_seed"])
+                ours, wall = f"{labels[c['recipe']]}: {m:.2f} +- {se:.2f}", _wall(recipe)
+                verdict = anchor_verdict(m, se, anchor, anchor_se)
+                if base is not None:
+                    d = diff(base, recipe)
+                    gain = f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
+        cells = " | ".join(_pm(s.row(short, cand)) for cand, _ in s.candidates)
+        out.append(f"| {ds['name'].removesuffix('-v0')}{held} | {anchor:.3f} +- {anchor_se:.3f} ({ds['method']}; "
+                   f"{ds['source']}) | {decl['anchors_pretrain']} / {decl['ours']} | {first_cell} | {ours} | "
+                   f"{_pm(base)} | {cells} | {gain} | {wall} | {verdict} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def horizon(decl: dict) -> str:
+    """The value's horizon and what the rule makes of it, 10k against 100k, with the oracle beside."""
+    out = ["| dataset | updates | checkpoint | H (per seed) | the rule: tau, threshold | oracle steps, 0.95 quantile "
+           "| Spearman with the oracle (per seed) | pairs over the threshold read within it |",
+           "|---|" + "---|" * 7]  # fmt: skip
+    for ds in decl["datasets"]:
+        short = ds["short"]
+        for label, base in (("10k", _before(decl, short, "base")), ("100k", records.maybe(
+                decl["rows"].get(f"{short}-base")))):  # fmt: skip
+            h = None if base is None else horizon_of(decl, base["sha"])
+            if h is None:
+                why = "no checkpoint yet" if base is None else base["sha"][:12]
+                out.append(f"| {short} | {label} | {why} | {NOT_MEASURED} | - | - | - | - |")
+                continue
+            rho = ", ".join(f"{r:.2f}" for r in h["spearman"])
+            far = "-" if h.get("far_read_near") is None else f"{h['far_read_near']:.2f}"
+            out.append(f"| {short} | {label} | {h['checkpoint_sha256'][:12]} | {h['horizon']:.1f} ("
+                       + ", ".join(f"{x:.0f}" for x in h["per_seed"]) + f") | {h['tau']:g}, {h['threshold']:g} | "
+                       f"{h['oracle_quantile']:.0f} | {rho} | {far} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def probe(decl: dict) -> str:
+    """The near-goal probe (the policy's action towards a goal k steps ahead of the data), 10k against 100k."""
+    ks = " | ".join(f"k = {k}" for k in PROBE_OFFSETS)
+    out = ["Cosine of the policy's action with the data's way to a goal k steps ahead (mean over seeds; action norm "
+           "in brackets).", "", f"| dataset | updates | checkpoint | {ks} |",
+           "|---|---|---|" + "---|" * len(PROBE_OFFSETS)]  # fmt: skip
+    for ds in decl["datasets"]:
+        short = ds["short"]
+        for label, base in (("10k", _before(decl, short, "base")), ("100k", records.maybe(
+                decl["rows"].get(f"{short}-base")))):  # fmt: skip
+            p = None if base is None else probe_of(decl, base["sha"])
+            if p is None:
+                why = "no checkpoint yet" if base is None else base["sha"][:12]
+                out.append(f"| {short} | {label} | {why} | " + " | ".join([NOT_MEASURED] * len(PROBE_OFFSETS)) + " |")
+                continue
+            by_k = {o["offset"]: o for o in p["offsets"]}
+            cells = [f"{by_k[k]['cosine']:+.2f} ({by_k[k]['norm']:.2f})" if k in by_k else "-" for k in PROBE_OFFSETS]
+            out.append(f"| {short} | {label} | {p['checkpoint_sha256'][:12]} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _round_metrics(rec: dict | None) -> dict:
+    if rec is None:
+        return {}
+    sys.path.insert(0, str(records.ROOT / "benchmarks" / "analyses"))
+    from round_diagnostics import summarise
+
+    return summarise(rec["raw"])
+
+
+def _metric(m: dict, k: str) -> str:
+    v = m.get(k)
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
+
+
+def success(decl: dict) -> str:
+    """Each method at 10k (the first recipe's checkpoints) against 100k: success (Welch's test over seeds: other
+    checkpoints) and the round diagnostics that carried the diagnosis (TTGS's share of steps towards the final goal;
+    GC-TTT's kept spans that reach the goal's region)."""
+    s = Study(decl)
+    out = ["| dataset | method | 10k | 100k | 100k - 10k (s.e., p) | round diagnostic | 10k | 100k |",
+           "|---|" + "---|" * 7]  # fmt: skip
+    methods = [("base", "base", None), ("ttt-alpha0.3", "GC-TTT (alpha 0.3)", "reach_frac"),
+               ("ttgs-rule", "TTGS (rule)", "ttgs_goal_frac")]  # fmt: skip
+    for ds in s.datasets:
+        short = ds["short"]
+        for suffix, label, metric in methods:
+            before, after = _before(decl, short, suffix), s.row(short, suffix)
+            gap = "-"
+            if before is not None and after is not None:
+                d = diff(before, after)
+                gap = f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
+            mb, ma = _round_metrics(before), _round_metrics(after)
+            diag = "-" if metric is None else metric
+            cells = ("-", "-") if metric is None else (_metric(mb, metric), _metric(ma, metric))
+            out.append(f"| {short} | {label} | {_pm(before)} | {_pm(after)} | {gap} | {diag} | {cells[0]} | "
+                       f"{cells[1]} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def front_line(decl: dict) -> str:
+    """One line for the front page: the recipe (or why none yet) and the verdicts so far."""
+    s = Study(decl)
+    c = choose(s)
+    if c["recipe"] is None:
+        return f"So far: no recipe yet ({c['why']})."
+    label = dict(s.candidates)[c["recipe"]]
+    words = []
+    for ds in s.datasets:
+        x = s.row(ds["short"], c["recipe"])
+        if x is not None:
+            m, se = stats.mean_se(x["per_seed"])
+            words.append(f"{ds['short']} {m:.2f} ({anchor_verdict(m, se, *s.anchor(ds))})")
+    return f"So far: the recipe is {label}; " + (", ".join(words) if words else "no row of it yet") + "."

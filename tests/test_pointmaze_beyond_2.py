@@ -1,0 +1,85 @@
+"""The second pointmaze recipe (issue 79) as committed before its rows: the pipeline's rows are the protocol's, every
+TTGS (rule) row that appears follows the rule of its own checkpoint's horizon, and the page's rule check by hand."""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ttt.graph import HORIZON_THRESHOLD_MAX, HORIZON_THRESHOLD_MIN, horizon_tau_threshold
+from ttt.pipeline.config import load_pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from reporting import beyond2, records  # noqa: E402
+
+DECL = tomllib.loads((ROOT / "benchmarks" / "studies" / "pointmaze-beyond-2.toml").read_text())["beyond2"]
+SHORTS = [d["short"] for d in DECL["datasets"]]
+
+
+def _runs():
+    return {r["name"]: r for r in load_pipeline(ROOT / "pipelines" / "pointmaze-beyond-2.toml").runs}
+
+
+def test_the_pipeline_is_the_protocol():
+    runs = _runs()
+    for short in SHORTS:
+        for name in (f"{short}-10k-base", f"{short}-base", f"{short}-ttt-alpha0.3", f"{short}-base-more",
+                     f"{short}-ttt-alpha0.3-more"):  # fmt: skip
+            assert name in runs, name
+    for name, r in runs.items():
+        assert (r["agent"], r["profile"], r["seeds"], r["episodes"], list(r["tasks"]), r["eval_seed"]) == (
+            "gciql", "cpu", 5, 6, [1, 2, 3, 4, 5], 0), name  # fmt: skip
+        assert r["steps"] == (10_000 if "-10k-" in name else 100_000), name
+        assert r["train_seed"] == (5 if name.endswith("-more") else 0), name
+        if r["variant"] in ("ttt", "ttt+ttgs"):
+            assert (r["lr"], r["N"], r["K"], r["ft_alpha"]) == (3e-4, 100, 200, 0.3), name
+        if r["variant"] in ("ttgs", "ttt+ttgs"):  # a TTGS (rule) row, appended once its checkpoint's H is measured
+            t = r["ttgs"]
+            assert "ttgs-rule" in name and r["variant"] == "ttgs", name
+            assert (t["n_vertices"], t["max_hops"], t["path"]) == (1000, 128, "slide"), name
+            assert t["tau"] == t["threshold"] / 2 and HORIZON_THRESHOLD_MIN <= t["threshold"] <= HORIZON_THRESHOLD_MAX
+
+
+def test_every_declared_rule_row_follows_its_checkpoints_horizon():
+    """Vacuous until the first TTGS (rule) record is declared; from then on a row that ran other settings than the
+    rule gives its checkpoint fails here (and reads NO on the page)."""
+    refs = {**DECL.get("rows", {}), **DECL.get("before", {})}
+    for key, ref in refs.items():
+        if "ttgs-rule" in key:
+            h, word = beyond2.rule_follows(DECL, records.load(ref))
+            assert h is not None and word == "yes", (key, word)
+
+
+def _record(sha: str, tau, threshold) -> dict:
+    return {"sha": sha, "raw": {"run": {"ttgs": {"tau": tau, "threshold": threshold}}}}
+
+
+def test_rule_check_by_hand(monkeypatch):
+    docs = ({"checkpoint_sha256": "a" * 64, "horizon": 131.0, "tau": 24.0, "threshold": 48.0},
+            {"checkpoint_sha256": "b" * 64, "horizon": 49.3, "tau": 12.5, "threshold": 25.0})  # fmt: skip
+    monkeypatch.setattr(beyond2, "_json_docs", lambda folder: docs)
+    assert beyond2.rule_follows(DECL, _record("a" * 64, 24.0, 48.0))[1] == "yes"
+    assert beyond2.rule_follows(DECL, _record("b" * 64, 12.5, 25.0))[1] == "yes"
+    word = beyond2.rule_follows(DECL, _record("b" * 64, 12.0, 24.0))[1]  # the first recipe's -thr24 setting
+    assert word.startswith("NO") and "12.5, 25" in word
+    assert beyond2.rule_follows(DECL, _record("c" * 64, 24.0, 48.0)) == (None, "no horizon record of its checkpoint")
+    assert horizon_tau_threshold(131.0) == (24.0, 48.0)
+
+
+def test_two_horizon_records_of_one_checkpoint_must_agree(monkeypatch):
+    docs = ({"checkpoint_sha256": "a" * 64, "horizon": 48.0, "tau": 12.0, "threshold": 24.0},
+            {"checkpoint_sha256": "a" * 64, "horizon": 60.0, "tau": 15.0, "threshold": 30.0})  # fmt: skip
+    monkeypatch.setattr(beyond2, "_json_docs", lambda folder: docs)
+    with pytest.raises(records.RecordError, match="disagree"):
+        beyond2.horizon_of(DECL, "a" * 64)
+
+
+def test_nothing_has_run_yet_reads_so():
+    page = (ROOT / "benchmarks" / "studies" / "pointmaze-beyond-2.md").read_text()
+    if not DECL.get("rows"):
+        assert "No recipe yet" in page and "not run yet" in page
