@@ -1,10 +1,11 @@
-"""The checkpoint format, in one module: the train state, its files, their verification and compatibility, and the
-`Checkpoint` value that the rest of the package takes.
+"""The checkpoint format, in one module: the files of a `ttt.train_state.TrainState`, their verification and
+compatibility, and the `Checkpoint` value that the rest of the package takes.
 
 A checkpoint directory holds `meta.json` (what was trained: agent, backbone config, sampler, dataset and its content
 hash, sizes, seeds, step, the state file's sha256; for an imported agent also its source) and one
 `state-<step>.eqx` (Equinox-serialised leaves of the seed-stacked `TrainState`). `open_checkpoint(dir)` reads and
-verifies it once and returns a frozen `Checkpoint`; `Checkpoint.load()` rebuilds the arrays without verifying again.
+verifies it once (the state file read once: its sha256 and, on `Checkpoint.load()`, its arrays come from the same
+bytes) and returns a frozen `Checkpoint`, the one loader.
 `save_checkpoint` writes both files atomically (the state first, then the metadata naming it).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
 import time
@@ -23,8 +25,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from jaxtyping import Array, Int, PRNGKeyArray
 
 from ttt.agents import get_backbone
 from ttt.agents.common import Backbone
@@ -32,33 +32,16 @@ from ttt.data.dataset import Dataset
 from ttt.data.sampler import GoalMix, SamplerConfig
 from ttt.errors import TttError
 from ttt.presets import check_config_value
-from ttt.safe_files import MAX_JSON_BYTES, loads_json, open_regular, read_text, show
+from ttt.safe_files import MAX_JSON_BYTES, loads_json, read_bytes, read_text, show
 from ttt.storage import atomic_write_bytes, atomic_write_json, file_sha256
+from ttt.train_state import TrainState, init_state
+from ttt.train_state import make_optimizer as make_optimizer  # re-exported: its home is ttt.train_state
 
 MAX_STATE_BYTES = 64 << 30
 """Cap of a checkpoint's state file before it is hashed or read (its leaves are then checked against the shapes the
 metadata implies, one by one)."""
 
 CKPT_FORMAT = 1
-
-
-class TrainState(eqx.Module):
-    """One seed's agent, optimiser state and step (stacked along a leading seed axis when vmapped)."""
-
-    agent: Any
-    opt_state: Any
-    step: Int[Array, ""]
-
-
-def make_optimizer(cfg) -> optax.GradientTransformation:
-    return optax.adam(cfg.lr)
-
-
-def init_state(key: PRNGKeyArray, backbone: Backbone, obs_dim: int, action_dim: int, cfg) -> TrainState:
-    """A fresh TrainState (vmap it over seed keys for several seeds)."""
-    agent = backbone.init(key, obs_dim, action_dim, cfg)
-    opt_state = make_optimizer(cfg).init(eqx.filter(agent, eqx.is_array))
-    return TrainState(agent, opt_state, jnp.zeros((), jnp.int32))
 
 
 def config_dict(cfg) -> dict:
@@ -142,15 +125,18 @@ def read_meta(out: str | os.PathLike) -> dict:
     meta = loads_json(text, f"{path}: unreadable checkpoint metadata")
     if not isinstance(meta, dict):
         raise TttError(f"{path}: checkpoint metadata must be a JSON object, got {type(meta).__name__}")
-    for k in ("agent", "backbone", "config", "dataset", "dataset_hash", "obs_dim", "action_dim", "seeds", "state_file"):
+    for k in META_REQUIRED:
         if k not in meta:
             raise TttError(f"{path}: checkpoint metadata lacks '{k}'")
     _check_meta_types(meta, path)
     return meta
 
 
+# The metadata keys a checkpoint is rebuilt from, each with its type, declared once: the first nine are required,
+# `step` and `sampler` checked when present.
 _META_TYPES = {"agent": str, "backbone": str, "config": dict, "dataset": str, "dataset_hash": str, "obs_dim": int,
                "action_dim": int, "seeds": int, "state_file": str, "step": int, "sampler": dict}  # fmt: skip
+META_REQUIRED = tuple(k for k in _META_TYPES if k not in ("step", "sampler"))
 
 
 def _check_meta_types(meta: dict, path: Path) -> None:
@@ -202,21 +188,20 @@ def sampler_config(meta: dict) -> SamplerConfig:
 
 
 def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[TrainState, dict]:
-    """The seed-stacked TrainState and metadata of a checkpoint directory (`open_checkpoint(out).load()`)."""
+    """The seed-stacked TrainState and metadata of a checkpoint directory: a shorthand of
+    `ck = open_checkpoint(out, meta)`, `ck.load()`, `ck.meta` (the one loader)."""
     ck = open_checkpoint(out, meta)
     return ck.load(), dict(ck.meta)
 
 
-def _read_state(out: Path, meta: dict, backbone: Backbone, cfg: Any) -> TrainState:
+def _read_state(path: Path, state: bytes, meta: dict, backbone: Backbone, cfg: Any) -> TrainState:
+    """The seed-stacked `TrainState` from the state file's bytes (`state`, read once by `open_checkpoint`)."""
     keys = jax.random.split(jax.random.key(0), meta["seeds"])
     # Only the structure, shapes and dtypes are needed: traced, not run (running it op by op compiles every op).
     init = eqx.filter_vmap(lambda k: init_state(k, backbone, meta["obs_dim"], meta["action_dim"], cfg))
     template = eqx.filter_eval_shape(init, keys)
-    path = out / meta["state_file"]
-    fd, _ = open_regular(path, MAX_STATE_BYTES, "checkpoint state")
     try:
-        with os.fdopen(fd, "rb") as f:
-            return eqx.tree_deserialise_leaves(f, template, filter_spec=_read_leaf)
+        return eqx.tree_deserialise_leaves(io.BytesIO(state), template, filter_spec=_read_leaf)
     except Exception as e:  # noqa: BLE001  (a corrupt .npy record: ValueError, EOFError, ...; JAX wraps a leaf's)
         cause = e
         while cause is not None and not isinstance(cause, TttError | ValueError | EOFError):
@@ -256,20 +241,26 @@ def _read_leaf(f, like: Any) -> Any:
 
 def verify_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> str:
     """The state file's sha256; raise TttError when the file is missing or its sha256 differs from the one recorded
-    at save time (a truncated or altered file)."""
+    at save time (a truncated or altered file). `open_checkpoint` verifies; this is its check alone."""
     out = Path(out)
     meta = read_meta(out) if meta is None else meta
+    return _state_bytes(out, meta)[1]
+
+
+def _state_bytes(out: Path, meta: dict) -> tuple[bytes, str]:
+    """The state file's bytes and their sha256, read once (a regular file of at most `MAX_STATE_BYTES`), checked
+    against the sha256 recorded at save time."""
     path = out / meta["state_file"]
     if not path.exists():
         raise TttError(f"{path}: the checkpoint's state file is missing; delete {out} to train from scratch")
-    os.close(open_regular(path, MAX_STATE_BYTES, "checkpoint state")[0])  # a regular file, not too large
-    want, got = meta.get("state_sha256"), file_sha256(path)
+    state = read_bytes(path, MAX_STATE_BYTES, "checkpoint state")
+    want, got = meta.get("state_sha256"), hashlib.sha256(state).hexdigest()
     if want is not None and got != want:
         raise TttError(
             f"{path}: corrupt checkpoint state (sha256 differs from the one saved in meta.json); delete {out} to "
             "train from scratch"
         )
-    return got
+    return state, got
 
 
 def check_compatible(meta: dict, dataset: str, obs_dim: int, action_dim: int, where: str, data_hash: str | None = None):
@@ -297,7 +288,8 @@ class Checkpoint:
     """A checkpoint directory read and verified once: its metadata, the backbone record, the backbone and sampler
     configs rebuilt from the metadata, and the state file's sha256 (its digest, as records name it).
 
-    Build it with `open_checkpoint(dir)`; `load()` returns the seed-stacked `TrainState` (no second verification).
+    Build it with `open_checkpoint(dir)`; `load()` returns the seed-stacked `TrainState` from the bytes that were
+    hashed (the state file is read once: no second read, no second verification).
     """
 
     path: Path
@@ -306,6 +298,7 @@ class Checkpoint:
     cfg: Any
     sampler: SamplerConfig
     digest: str
+    state: bytes = dataclasses.field(default=b"", repr=False, compare=False)  # the state file's verified bytes
 
     @property
     def agent_name(self) -> str:
@@ -321,7 +314,7 @@ class Checkpoint:
 
     def load(self) -> TrainState:
         """The seed-stacked `TrainState` (leading axis: seeds)."""
-        return _read_state(self.path, dict(self.meta), self.backbone, self.cfg)
+        return _read_state(self.path / self.meta["state_file"], self.state, dict(self.meta), self.backbone, self.cfg)
 
     def check_compatible(self, dataset: str, obs_dim: int, action_dim: int, where: str, data_hash: str | None = None):
         """`check_compatible` with this checkpoint's metadata."""
@@ -329,13 +322,14 @@ class Checkpoint:
 
 
 def open_checkpoint(path: str | os.PathLike, meta: dict | None = None) -> Checkpoint:
-    """Read `path/meta.json` (or take `meta`), verify the state file's sha256 once and rebuild the configs."""
+    """Read `path/meta.json` (or take `meta`), read the state file once and verify its sha256, and rebuild the
+    configs."""
     path = Path(path)
     meta = read_meta(path) if meta is None else meta
-    digest = verify_checkpoint(path, meta)
+    state, digest = _state_bytes(path, meta)
     backbone = meta_backbone(meta)
     cfg = backbone_config(meta, backbone)
-    return Checkpoint(path, MappingProxyType(dict(meta)), backbone, cfg, sampler_config(meta), digest)
+    return Checkpoint(path, MappingProxyType(dict(meta)), backbone, cfg, sampler_config(meta), digest, state)
 
 
 def load_policy(checkpoint: str | os.PathLike | Checkpoint, seed: int = 0):

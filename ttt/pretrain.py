@@ -22,16 +22,13 @@ import numpy as np
 from jaxtyping import PRNGKeyArray
 
 from ttt.agents.common import Backbone, step_targets
-from ttt.checkpoint import (  # noqa: F401  (TrainState, init_state, make_optimizer: also importable from here)
-    TrainState,
+from ttt.checkpoint import (
     check_compatible,
     compute_info,
-    config_dict,
-    dataset_hash,
-    init_state,
-    load_checkpoint,
-    make_optimizer,
+    config_dict,  # noqa: F401  (also importable from here)
+    load_checkpoint,  # noqa: F401  (also importable from here)
     new_meta,
+    open_checkpoint,
     read_meta,
     save_checkpoint,
 )
@@ -40,6 +37,7 @@ from ttt.data.sampler import SamplerConfig, sample_rows
 from ttt.errors import TttError
 from ttt.presets import agent_backbone
 from ttt.storage import check_memory, locked, writable_dir
+from ttt.train_state import TrainState, init_state, make_optimizer  # noqa: F401  (public here: training's state)
 
 
 def make_step(backbone: Backbone, cfg):
@@ -185,7 +183,7 @@ def _pretrain(agent, backbone: Backbone, dataset, data, cfg, sampler, steps, see
                 f"{out} holds a checkpoint at step {old['step']}, past the {steps} steps asked for; ask for at least "
                 f"{old['step']} steps to continue it, or give another --out"
             )
-        states, _ = load_checkpoint(out, old)
+        states = open_checkpoint(out, old).load()
     else:
         init_keys = jax.vmap(lambda k: jax.random.fold_in(k, 2**31 - 1))(seed_keys)
         states = eqx.filter_vmap(lambda k: init_state(k, backbone, data.obs_dim, data.action_dim, cfg))(init_keys)
