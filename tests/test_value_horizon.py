@@ -121,3 +121,41 @@ def test_measure_on_a_tiny_checkpoint(tmp_path):
     assert (got["tau"], got["threshold"]) == horizon_tau_threshold(got["horizon"])
     assert got["pairs"] == pairs and got["gamma"] == gamma and len(got["per_seed"]) == 2
     assert HORIZON_PAIRS == 100_000
+
+
+def test_the_analysis_script_on_a_tiny_checkpoint(tmp_path, monkeypatch, capsys):
+    """benchmarks/analyses/value_horizon.py end to end on a tiny checkpoint with a stand-in maze (the oracle: straight
+    -line steps): its record holds the rule's settings, and `--row` prints a `ttgs` table the pipeline accepts."""
+    import json
+    import sys
+    import tomllib
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "analyses"))
+    import value_horizon as script
+
+    from ttt.graph import TTGSConfig
+
+    data = toy_dataset()
+    cfg, sampler = tiny()
+    pretrain("gciql", NAV, data, cfg, sampler, steps=4, seeds=2, out=tmp_path / "ck", chunk_steps=4)
+
+    class Oracle:
+        @staticmethod
+        def steps(x, g):
+            import jax.numpy as jnp
+
+            return jnp.linalg.norm(x - g, axis=-1) / 0.1
+
+    monkeypatch.setattr(script, "maze_tasks", lambda name: (None, data, Oracle, []))
+    out = tmp_path / "h.json"
+    rc = script.main([str(tmp_path / "ck"), "--pairs", "300", "--out", str(out), "--row", "medium-nav-ttgs-rule"])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert (doc["tau"], doc["threshold"]) == horizon_tau_threshold(doc["horizon"])
+    assert doc["pairs"] == 300 and doc["step"] == 4 and len(doc["spearman"]) == 2
+    assert doc["checkpoint_sha256"] == open_checkpoint(tmp_path / "ck").digest
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    ttgs = tomllib.loads(line)["ttgs"]
+    assert (ttgs["tau"], ttgs["threshold"]) == (doc["tau"], doc["threshold"])
+    TTGSConfig(**ttgs)  # valid settings
