@@ -1,5 +1,5 @@
-"""Which of an ant expert's checkpoints to generate data with: evaluate the actor that `ttt expert train` keeps at
-every checkpoint (``DIR/actors/actor-STEP.pkl``) as `ttt expert eval` does it: deterministic direction following
+"""Which of a locomotion expert's checkpoints to generate data with: evaluate the actor that `ttt expert train` keeps at
+every checkpoint (``DIR/actors/actor-STEP.npz``) as `ttt expert eval` does it: deterministic direction following
 (return along z, falls) and, steered by antmaze-medium's BFS oracle with the generation noise, success and
 turned-over ants on the maze's 5 tasks. Results go to a JSON file, one entry per (actor, seed); actors already
 evaluated with that seed are skipped, so the script can run again as training goes on.
@@ -36,13 +36,14 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=50)
     p.add_argument("--maze-episodes", type=int, default=10)
     p.add_argument("--maze", default="antmaze-medium-v0")
+    p.add_argument("--noise", type=float, default=0.2, help="Action noise in the maze (the generation's).")
     p.add_argument("--out", default="benchmarks/results/expert/checkpoints.json")
     args = p.parse_args()
 
     out = Path(args.out)
     doc = json.loads(out.read_text()) if out.exists() else dict(machine=machine(), results=[])
     done = {(r["step"], r["seed"], r["digest"]) for r in doc["results"]}
-    actors = sorted(Path(args.dir, "actors").glob("actor-*.pkl"))
+    actors = sorted(Path(args.dir, "actors").glob("actor-*.npz"))
     if not actors:
         sys.exit(f"error: no actors in {Path(args.dir, 'actors')}: `ttt expert train` writes one per checkpoint")
     for path in actors:
@@ -54,9 +55,10 @@ def main() -> None:
         if (step, args.seed, digest) in done:
             continue
         t0 = time.perf_counter()
-        direction = evaluate_expert(actor, episodes=args.episodes, seed=args.seed)
+        robot = meta.get("robot") or "ant"
+        direction = evaluate_expert(actor, episodes=args.episodes, seed=args.seed, robot=robot)
         maze = evaluate_expert_maze(
-            NumpyExpert(actor), args.maze, episodes=args.maze_episodes, noise=0.2, seed=args.seed
+            NumpyExpert(actor), args.maze, episodes=args.maze_episodes, noise=args.noise, seed=args.seed
         )
         rec = dict(
             step=step,
@@ -70,8 +72,9 @@ def main() -> None:
             episodes=direction["episodes"],
             maze=maze["env_id"],
             maze_episodes=maze["episodes_per_task"],
+            maze_noise=maze["noise"],
             maze_success={str(k): v for k, v in maze["success"].items()},
-            maze_flipped={str(k): v for k, v in maze["flipped"].items()},
+            **{f"maze_{k}": {str(t): v for t, v in maze[k].items()} for k in ("flipped", "falls") if k in maze},
             maze_overall=maze["overall"],
             eval_s=time.perf_counter() - t0,
         )

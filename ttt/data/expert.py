@@ -644,7 +644,8 @@ def evaluate_expert(
 ) -> dict:
     """Deterministic (``tanh(mean)``) direction-following episodes in lockstep: per episode the return (the
     wrapper's rewards), the progress along ``z`` (the displacement along the direction in force, summed), length,
-    falls and the fraction of steps the robot is up (``DirectionalRobot``)."""
+    falls and the fraction of steps the robot is up (``DirectionalRobot``); means over episodes and each episode's,
+    with the weights' digest (``NumpyExpert.digest``) and the seed."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 2]))
     envs = [DirectionalRobot(robot, np.random.default_rng(rng.integers(2**63))) for _ in range(episodes)]
     obs = np.stack([e.reset() for e in envs])
@@ -669,8 +670,11 @@ def evaluate_expert(
             break
     moved = np.array([e.progress for e in envs])
     falls = np.array([e.falls for e in envs])
+    up = np.array([e.up_steps for e in envs]) / np.maximum(lengths, 1)
     return dict(
         robot=robot,
+        expert_sha256=NumpyExpert(actor).digest(),
+        seed=seed,
         episodes=episodes,
         mean_return=float(returns.mean()),
         std_return=float(returns.std()),
@@ -679,10 +683,12 @@ def evaluate_expert(
         std_progress=float(moved.std()),
         falls=int(falls.sum()),
         falls_per_episode=float(falls.mean()),
-        up_fraction=float(np.mean([e.up_steps for e in envs]) / max(lengths.mean(), 1)),
+        up_fraction=float(up.mean()),
         mean_length=float(lengths.mean()),
         returns=returns.tolist(),
         progress=moved.tolist(),
+        falls_each=falls.tolist(),
+        up_each=up.tolist(),
     )
 
 
@@ -744,6 +750,8 @@ def evaluate_expert_maze(
     env.close()
     return dict(
         env_id=env_id,
+        expert_sha256=policy.digest(),
+        seed=seed,
         episodes_per_task=episodes,
         noise=noise,
         success=per_task,
