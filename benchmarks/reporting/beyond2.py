@@ -4,12 +4,12 @@ settings checked against the rule of each checkpoint's own value horizon, and th
 updates) and after (100k).
 
 The declaration (``beyond2``): ``beyond``'s keys (``datasets``, ``choose``, ``candidates``, ``rows``, ``more``), plus
-``ours`` / ``anchors_pretrain`` (the pre-training, as words), ``first`` (per dataset short name: the first recipe's
-chosen row, a record reference), ``before`` (the 10k rows: ``SHORT-base``, ``SHORT-ttt-alpha0.3``,
-``SHORT-ttgs-rule``, record references), ``rule_rows`` (the row suffixes whose TTGS settings the rule sets),
-``horizon_dir`` (the folder under benchmarks/results/ of ``value_horizon.py`` records) and ``probe_files``
-(``near_goal_actions.py`` records). A horizon or probe record is found by the checkpoint digest of the dataset's base
-row; none yet reads "not measured yet".
+``ours`` / ``anchors_pretrain`` (the pre-training, as words), per dataset ``iql`` / ``iql_ttgs`` (GC-IQL at 1M alone
+and with TTGS, the TTGS paper's runs), ``first`` (per dataset short name: the first recipe's chosen row, a record
+reference), ``before`` (the 10k rows: ``SHORT-base``, ``SHORT-ttt-alpha0.3``, ``SHORT-ttgs-rule``, record
+references), ``horizon_dir`` (the folder under benchmarks/results/ of ``value_horizon.py`` records) and
+``probe_files`` (``near_goal_actions.py`` records). A horizon or probe record is found by the checkpoint digest of the
+dataset's base row; none yet reads "not measured yet".
 """
 
 from __future__ import annotations
@@ -125,9 +125,9 @@ def anchors(decl: dict) -> str:
     c = choose(s)
     labels = dict(s.candidates)
     heads = " | ".join(lb for _, lb in s.candidates)
-    out = ["| dataset | best published (method; source) | pre-training: anchor / ours | first recipe (10k) | "
-           f"ours: recipe | base | {heads} | recipe - base (s.e., p) | s / episode | verdict |",
-           "|---|" + "---|" * (8 + len(s.candidates))]  # fmt: skip
+    out = ["| dataset | best published (method; source) | GC-IQL 1M: alone -> TTGS | pre-training: anchor / ours | "
+           f"first recipe (10k) | ours: recipe | base | {heads} | recipe - base (s.e., p) | s / episode | verdict |",
+           "|---|" + "---|" * (9 + len(s.candidates))]  # fmt: skip
     for ds in s.datasets:
         short = ds["short"]
         anchor, anchor_se = s.anchor(ds)
@@ -151,7 +151,8 @@ def anchors(decl: dict) -> str:
                     gain = f"{d.diff:+.2f} ({d.se:.2f}, {d.p:.3f} {d.test})"
         cells = " | ".join(_pm(s.row(short, cand)) for cand, _ in s.candidates)
         out.append(f"| {ds['name'].removesuffix('-v0')}{held} | {anchor:.3f} +- {anchor_se:.3f} ({ds['method']}; "
-                   f"{ds['source']}) | {decl['anchors_pretrain']} / {decl['ours']} | {first_cell} | {ours} | "
+                   f"{ds['source']}) | {ds['iql']:.2f} -> {ds['iql_ttgs']:.2f} | {decl['anchors_pretrain']} / "
+                   f"{decl['ours']} | {first_cell} | {ours} | "
                    f"{_pm(base)} | {cells} | {gain} | {wall} | {verdict} |")  # fmt: skip
     return "\n".join(out)
 
