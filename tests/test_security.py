@@ -453,3 +453,18 @@ def test_generation_reads_an_existing_sidecar_safely(tmp_path):
             side.write_text(text)
         with within(5):
             assert _generated_by(plan, train, val) is False
+
+
+def test_checkpoint_sizes_from_the_metadata_are_checked_against_the_state_file(tmp_path, good):
+    """A meta.json declaring 10**9 seeds (or observation size 10**6) with the state's true sha256: refused before
+    a seed key or an array of that size is made (it was an 8 GB allocation before the first leaf was read)."""
+    import shutil
+
+    for key, value, match in (("seeds", 10**9, "seeds do not fit"), ("obs_dim", 10**6, "need")):
+        ck = tmp_path / key
+        shutil.copytree(next(iter(tmp_path.parent.glob("good*/ck"))), ck)
+        meta = json.loads((ck / "meta.json").read_text())
+        meta[key] = value
+        (ck / "meta.json").write_text(json.dumps(meta))
+        with within(10), pytest.raises(TttError, match=f"cannot read checkpoint state.*{match}"):
+            open_checkpoint(ck).load()

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -195,11 +196,20 @@ def load_checkpoint(out: str | os.PathLike, meta: dict | None = None) -> tuple[T
 
 
 def _read_state(path: Path, state: bytes, meta: dict, backbone: Backbone, cfg: Any) -> TrainState:
-    """The seed-stacked `TrainState` from the state file's bytes (`state`, read once by `open_checkpoint`)."""
+    """The seed-stacked `TrainState` from the state file's bytes (`state`, read once by `open_checkpoint`). Sizes
+    the metadata declares are checked against the bytes there are before anything of that size is made."""
+    if meta["seeds"] > len(state) // 4:  # every seed holds at least its int32 step
+        raise TttError(f"{path}: cannot read checkpoint state: the metadata's {meta['seeds']} seeds do not fit in its "
+                       f"{len(state)} bytes (the file does not match its metadata)")  # fmt: skip
     keys = jax.random.split(jax.random.key(0), meta["seeds"])
     # Only the structure, shapes and dtypes are needed: traced, not run (running it op by op compiles every op).
     init = eqx.filter_vmap(lambda k: init_state(k, backbone, meta["obs_dim"], meta["action_dim"], cfg))
     template = eqx.filter_eval_shape(init, keys)
+    need = sum(math.prod(x.shape) * getattr(x.dtype, "itemsize", 0) for x in jax.tree.leaves(template)
+               if isinstance(x, jax.ShapeDtypeStruct))  # fmt: skip
+    if need > len(state):
+        raise TttError(f"{path}: cannot read checkpoint state: the metadata's sizes need {need} bytes, the file holds "
+                       f"{len(state)} (the file does not match its metadata)")  # fmt: skip
     try:
         return eqx.tree_deserialise_leaves(io.BytesIO(state), template, filter_spec=_read_leaf)
     except Exception as e:  # noqa: BLE001  (a corrupt .npy record: ValueError, EOFError, ...; JAX wraps a leaf's)
