@@ -14,8 +14,9 @@ both drivers, side by side in one process; and how many poses OGBench's humanoid
   runs ``--reps`` times, alternating the drivers: the first call compiles, the others are warm (their median is the
   figure). Success and steps must agree.
   Also timed: OGBench's gymnasium step alone (the host driver's environment) and the compiled driver's C MuJoCo
-  callbacks (seconds inside them, per warm call). The machine's load average is recorded before and after: the
-  figures are wall times, and a shared machine's other work is in them.
+  callbacks (seconds inside them, per warm call). The machine's load average is recorded before and after: wall
+  times carry a shared machine's other work, so each call's process CPU seconds (``time.process_time``: this
+  process's threads, XLA's and the physics workers' included) are recorded beside them.
 """
 
 from __future__ import annotations
@@ -144,30 +145,32 @@ def main() -> int:
         for rep in range(args.reps):
             for driver in ("compiled", "host"):
                 env_s = env.info.step_fn.seconds + env.info.reset_fn.seconds
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 res = evaluate(setup, agents, data, episodes=1, tasks=tasks, seed=0, driver=driver)
-                wall = time.perf_counter() - t
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
                 cb = env.info.step_fn.seconds + env.info.reset_fn.seconds - env_s
-                runs[driver].append(dict(wall_s=wall, steps=int(res.steps.sum()), callbacks_s=cb if driver ==
+                runs[driver].append(dict(wall_s=wall, cpu_s=cpu, steps=int(res.steps.sum()), callbacks_s=cb if driver ==
                                          "compiled" else None))  # fmt: skip
                 if driver in results:
                     assert (res.success == results[driver].success).all()
                 results[driver] = res
-                print(f"{variant} {driver} rep {rep}: {wall:.2f} s, {int(res.steps.sum())} steps"
+                print(f"{variant} {driver} rep {rep}: {wall:.2f} s ({cpu:.2f} CPU-s), {int(res.steps.sum())} steps"
                       + (f", callbacks {cb:.2f} s" if driver == "compiled" else ""), flush=True)  # fmt: skip
         same = bool((results["compiled"].success == results["host"].success).all()
                     and (results["compiled"].steps == results["host"].steps).all())  # fmt: skip
         warm = {d: statistics.median(r["wall_s"] for r in runs[d][1:]) for d in runs}
+        warm_cpu = {d: statistics.median(r["cpu_s"] for r in runs[d][1:]) for d in runs}
         row = dict(variant=variant, same_success_and_steps=same, first_call_s={d: runs[d][0]["wall_s"] for d in runs},
-                   warm_s=warm, host_over_compiled=warm["host"] / warm["compiled"],
+                   warm_s=warm, host_over_compiled=warm["host"] / warm["compiled"], warm_cpu_s=warm_cpu,
+                   host_over_compiled_cpu=warm_cpu["host"] / warm_cpu["compiled"],
                    compiled_callbacks_warm_s=statistics.median(r["callbacks_s"] for r in runs["compiled"][1:]),
                    runs=runs)  # fmt: skip
         rows.append(row)
         print(f"{variant}: warm call ({len(tasks)} episode(s)) compiled {warm['compiled']:.2f} s, host "
-              f"{warm['host']:.2f} s "
-              f"(host / compiled {row['host_over_compiled']:.2f}); first call (compiles) compiled "
-              f"{row['first_call_s']['compiled']:.2f} s, host {row['first_call_s']['host']:.2f} s; same success "
-              f"and steps: {same}", flush=True)  # fmt: skip
+              f"{warm['host']:.2f} s (host / compiled {row['host_over_compiled']:.2f}; in process CPU-s "
+              f"{warm_cpu['compiled']:.2f} / {warm_cpu['host']:.2f}, {row['host_over_compiled_cpu']:.2f}); first "
+              f"call (compiles) compiled {row['first_call_s']['compiled']:.2f} s, host "
+              f"{row['first_call_s']['host']:.2f} s; same success and steps: {same}", flush=True)  # fmt: skip
     doc["rows"] = rows
     doc["load_after"] = os.getloadavg()
     print(f"load average before {doc['load_before']}, after {doc['load_after']}", flush=True)
