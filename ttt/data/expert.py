@@ -41,7 +41,7 @@ from ttt.storage import atomic_write_bytes, atomic_write_text, dumps
 
 CKPT_NAME = "checkpoint.npz"
 EXPERT_NAME = "expert.npz"
-FORMAT = 2  # .npz + JSON (format 1, before ttt 0.2, was a pickle and is not read)
+FORMAT = 2  # .npz + JSON (format 1, ttt 0.1's, was a pickle: `convert_legacy_expert` reads it safely)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,8 +254,8 @@ def _read_npz(path: Path, kinds: tuple[str, ...], max_bytes: int) -> tuple[dict,
     with open(path, "rb") as f:
         magic = f.read(2)
     if magic[:1] == b"\x80" or path.suffix == ".pkl":
-        raise TttError(f"{what}: expert files are .npz since ttt 0.2 (pickles can run code); retrain, or convert "
-                       "it with `ttt expert convert OLD.pkl NEW.npz`")  # fmt: skip
+        raise TttError(f"{what}: expert files are .npz now (pickles can run code); an expert saved by ttt 0.1 "
+                       "converts with `ttt expert convert OLD.pkl NEW.npz`")  # fmt: skip
     try:
         arrays = safe_load_npz(path, max_bytes, "expert", required=("doc",))
         text = arrays.pop("doc")
