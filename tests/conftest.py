@@ -94,9 +94,9 @@ def _release_compiled_programs():
     _PEAK["before_release"] = max(_PEAK["before_release"], _mappings())
     import jax
 
-    evaluate = sys.modules.get("ttt.evaluation")
-    if evaluate is not None:
-        evaluate._PROGRAMS.clear()
+    setup = sys.modules.get("ttt.evaluation.setup")
+    if setup is not None:
+        setup.cached_program.cache_clear()
     jax.clear_caches()
     gc.collect()
     _PEAK["after_release"] = max(_PEAK["after_release"], _mappings())

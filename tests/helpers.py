@@ -47,3 +47,14 @@ def pretrain_argv(dataset: str, steps: int, out, data_dir, seeds: int = 2, chunk
     """`ttt pretrain` arguments for a tiny GC-BC run."""
     return ["pretrain", "--dataset", dataset, "--agent", "gcbc", "--steps", str(steps), "--chunk", str(chunk),
             "--seeds", str(seeds), "--out", str(out), "--dir", str(data_dir), *TINY]  # fmt: skip
+
+
+def select_round(key, tables, data, state_xy, cfg, goal_eps, row_values=None, *, params=None):
+    """One round of the library's own stages from plain arguments: `ttt.select.round_weights` of the round's
+    `Context` (the state's goal coordinates `state_xy`, the selection key `key`)."""
+    from ttt.select import Context, round_weights
+
+    ctx = Context(data=data, goal_eps=goal_eps, cfg=cfg, params=params, state_xy=state_xy, key=key,
+                  row_values=row_values, tables=tables)  # fmt: skip
+    return round_weights(ctx)
+

@@ -136,7 +136,7 @@ def test_compiled_episode_equals_python_loop_with_resets():
     done = False
     for r in range(3):
         k_adapt, k_act = round_keys(tk[0], r)
-        agent_r, m = adapt(ag, None, k_adapt, DATA, tables, obs, goal)
+        agent_r, m, _ = adapt(ag, None, k_adapt, DATA, tables, obs, goal)
         n_sel.append(int(m["n_selected"]))
         for i in range(8):
             if not done:
@@ -333,7 +333,7 @@ def test_reset_after_horizon_acts_with_the_pretrained_agent_past_the_longest_spa
     done = False
     for r in range(1):
         k_adapt, k_act = round_keys(tk[0], r)
-        agent_r, m = adapt(ag, None, k_adapt, DATA, tables, obs, goal)
+        agent_r, m, _ = adapt(ag, None, k_adapt, DATA, tables, obs, goal)
         spans.append(int(m["max_span"]))
         for i in range(L):
             if not done:

@@ -188,15 +188,15 @@ def test_untouched_episodes_hold_garbage_without_effect(monkeypatch, recorder):
 
 
 def test_round_function_loop_carries_the_cache():
-    """The host driver's loop: `adapt(..., with_tables)` returns the tables with the values it computed; each
+    """The host driver's loop: `adapt` returns the tables with the values it computed; each
     round's weights (recomputed here from the tables the round selected from) equal the full pass's, rows are
     computed once, each episode's computed rows run from its first relevant row so far to its end, and uncomputed
     rows stay NaN."""
     from ttt.select import Context, round_weights
 
     full_cfg, lazy_cfg = ttt_cfg("paper"), ttt_cfg("paper", value_cap=CAP)
-    prep_f, adapt_f, _ = make_round_fns(GCBC, CFG, SAMPLER, SPEC, full_cfg, with_tables=True)
-    prep_z, adapt_z, _ = make_round_fns(GCBC, CFG, SAMPLER, SPEC, lazy_cfg, with_tables=True)
+    prep_f, adapt_f, _ = make_round_fns(GCBC, CFG, SAMPLER, SPEC, full_cfg)
+    prep_z, adapt_z, _ = make_round_fns(GCBC, CFG, SAMPLER, SPEC, lazy_cfg)
     prep_f, adapt_f, prep_z, adapt_z = (eqx.filter_jit(f) for f in (prep_f, adapt_f, prep_z, adapt_z))
     ag = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, AGENTS)
     goal = jnp.array([2.0, 1.0])
@@ -248,11 +248,13 @@ def _full_values(agent, goal):
 
 
 def test_config():
-    assert TTTConfig().value_cap == "auto" and TTTConfig().lazy_values and lazy_pass(TTTConfig())
-    assert not TTTConfig(value_cap=None).lazy_values and not lazy_pass(TTTConfig(value_cap=None))
-    assert not TTTConfig(value_cap=0.0).lazy_values and TTTConfig(value_cap=0.1).lazy_values
-    assert not TTTConfig(value_cap=0.1, critic="oracle").lazy_values  # the oracle's values: computed in full
-    assert not TTTConfig(value_cap=0.1, select=SelectConfig(mode="mc")).lazy_values  # no values read
+    assert TTTConfig().value_cap == "auto" and lazy_pass(TTTConfig())
+    assert not lazy_pass(TTTConfig(value_cap=None))
+    assert not lazy_pass(TTTConfig(value_cap=0.0)) and lazy_pass(TTTConfig(value_cap=0.1))
+    assert not lazy_pass(TTTConfig(value_cap=0.1, critic="oracle"))  # the oracle's values: computed in full
+    assert not lazy_pass(TTTConfig(value_cap=0.1, select=SelectConfig(mode="mc")))  # no values read
+    fixed = TTTConfig(value_cap=0.1, select=SelectConfig(mode="fixed", H=5))
+    assert lazy_pass(fixed) and not lazy_pass(fixed, has_value=False)  # mode 'fixed' reads values only if it has them
     for bad in (-0.1, 1.5, float("nan"), True, "0.1"):
         with pytest.raises(ValueError, match="value_cap"):
             TTTConfig(value_cap=bad)

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import select_round
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,6 @@ from ttt.select import (
     precompute,
     predicted_steps,
     quantile_cut,
-    select_round,
     steps_to_values,
     training_rows,
 )

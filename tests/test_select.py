@@ -15,22 +15,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import select_round
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ttt.data.dataset import Dataset
+from ttt.finetune import sample_ttt_rows, weight_table
+from ttt.hparams import n_uniform
 from ttt.select import (
     GoalTables,
     SelectConfig,
     n_keep,
-    n_uniform,
     precompute,
     relevance,
-    sample_ttt_rows,
     select,
-    select_round,
     train_weights,
-    weight_table,
 )
 
 

@@ -29,7 +29,6 @@ _EXPORTS = {
     "run_episode": "ttt.evaluation",
     # the GC-TTT pieces
     "TTTConfig": "ttt.episode",
-    "Transforms": "ttt.episode",
     "EpisodeOut": "ttt.episode",
     "make_episodes": "ttt.episode",
     "make_episode": "ttt.episode",
@@ -38,6 +37,7 @@ _EXPORTS = {
     "SelectConfig": "ttt.select",
     "GoalTables": "ttt.select",
     "Selection": "ttt.select",
+    "Transforms": "ttt.select",
     "training_rows": "ttt.select",
     "FinetuneConfig": "ttt.finetune",
     "make_finetune": "ttt.finetune",
@@ -77,7 +77,6 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from ttt.envs import Env as Env
     from ttt.envs import make_env as make_env
     from ttt.episode import EpisodeOut as EpisodeOut
-    from ttt.episode import Transforms as Transforms
     from ttt.episode import TTTConfig as TTTConfig
     from ttt.episode import make_act as make_act
     from ttt.episode import make_episode as make_episode
@@ -95,6 +94,7 @@ if TYPE_CHECKING:  # what type checkers and editors see: the same names, importe
     from ttt.select import GoalTables as GoalTables
     from ttt.select import SelectConfig as SelectConfig
     from ttt.select import Selection as Selection
+    from ttt.select import Transforms as Transforms
     from ttt.select import training_rows as training_rows
     from ttt.setups import VARIANTS as VARIANTS
     from ttt.setups import load_run as load_run

@@ -94,7 +94,7 @@ def _one_argument(fn: Callable) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class CheckedTransform:
-    """A user's selection transform (`ttt.episode.Transforms` slot `slot`, a function of one `Context`) whose return
+    """A user's selection transform (`ttt.select.Transforms` slot `slot`, a function of one `Context`) whose return
     value is checked when it is traced. Equal to another wrapping of the same function, so equal setups still share
     compiled programs."""
 
@@ -125,33 +125,29 @@ class CheckedTransform:
         return out
 
 
-def _builtins() -> dict[str, tuple[Callable, Callable]]:
-    return {"precompute": (sel.precompute, sel.precompute_ctx), "relevance": (sel.relevance, sel.relevance_ctx),
-            "select": (sel.select, sel.select_ctx), "weights": (sel.train_weights, sel.weights_ctx)}  # fmt: skip
-
-
 def check_transforms(transforms, select_cfg=None):
-    """`transforms` (a `ttt.episode.Transforms`) with every slot a function of the `ttt.select.Context`: the
-    library's own as `select.*_ctx`, a user's wrapped in a `CheckedTransform` (so that a wrong return type is named
-    when the program is traced). A function of more than one positional argument is refused, naming it. With
-    `select_cfg` (the `SelectConfig`), also the one rule on swapping stages: a `select` or `weights` of your own
-    refines rule 'paper' (the top-q filter) and would be ignored by the episode rules, so it needs rule 'paper'."""
+    """`transforms` (a `ttt.select.Transforms`) with every slot a function of the `ttt.select.Context`: the library's
+    own as they are, a user's wrapped in a `CheckedTransform` (so that a wrong return type is named when the program
+    is traced). A function of more than one positional argument is refused, naming it. With `select_cfg` (the
+    `SelectConfig`), also the one rule on swapping stages: a `select` or `weights` of your own refines rule 'paper'
+    (the top-q filter) and would be ignored by the episode rules (`ttt.select.RULES`: not `refinable`), so it needs
+    rule 'paper'."""
     wrap = {}
-    for slot, (plain, ctx_fn) in _builtins().items():
+    for slot, default in sel.CONTEXT_DEFAULTS.items():
         fn = getattr(transforms, slot)
-        if fn is plain or fn is ctx_fn:
-            wrap[slot] = ctx_fn
-        elif not isinstance(fn, CheckedTransform):
-            if not _one_argument(fn):
-                name = getattr(fn, "__qualname__", repr(fn))
-                raise TttError(f"transform {slot} ({name}) must be a function of one ttt.select.Context (ctx.tables, "
-                               "ctx.state_xy, ctx.params, ...; docs/extending.md); the positional form of the "
-                               "library's own functions is not a transform")  # fmt: skip
-            wrap[slot] = CheckedTransform(slot, fn)
-    if select_cfg is not None and select_cfg.rule_used != "paper":
-        custom = [slot for slot in ("select", "weights") if wrap[slot] is not getattr(sel, f"{slot}_ctx")]
+        if fn is default or isinstance(fn, CheckedTransform):
+            continue
+        if not _one_argument(fn):
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise TttError(f"transform {slot} ({name}) must be a function of one ttt.select.Context (ctx.tables, "
+                           "ctx.state_xy, ctx.params, ...; docs/extending.md); the positional form of the "
+                           "library's own functions is not a transform")  # fmt: skip
+        wrap[slot] = CheckedTransform(slot, fn)
+    checked = dataclasses.replace(transforms, **wrap)
+    if select_cfg is not None and not sel.RULES[select_cfg.rule_used].refinable:
+        custom = [slot for slot in ("select", "weights") if getattr(checked, slot) is not sel.CONTEXT_DEFAULTS[slot]]
         if custom:
             why = "" if select_cfg.rule is not None else " (the default of this mode)"
             raise TttError(f"transforms.{custom[0]}: a {custom[0]} transform of your own applies to rule 'paper' only, "
                            f"but this setup's rule is {select_cfg.rule_used!r}{why}; pass rule='paper'")  # fmt: skip
-    return dataclasses.replace(transforms, **wrap)
+    return checked

@@ -1,10 +1,11 @@
-"""The receding-horizon GC-TTT episode as pure functions and as one program (DESIGN.md §2-3).
+"""The receding-horizon GC-TTT episode as pure functions and as one program (docs/architecture.md, "The one
+compiled episode").
 
 Three pure pieces, shared by the compiled episode and the host driver:
 
 - `prepare(agent, data, goal) -> GoalTables`: once per episode, the values `V(s_j | g*)` of every row (chunked
   dataset pass) and `select.precompute` (rewards, ends, returns, eligible starts);
-- `adapt(agent0, opt_state0, key, data, tables, obs, goal) -> (agent, metrics)`: one round: relevance, top
+- `adapt(agent0, opt_state0, key, data, tables, obs, goal) -> (agent, metrics, tables)`: one round: relevance, top
   fraction, training weights and N fine-tuning steps from the pre-trained `agent0` (reset is structural: `agent0`
   never changes); an empty selection keeps `agent0`;
 - `act(agent, obs, goal, key) -> action`: the mean action.
@@ -24,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -41,8 +42,8 @@ from ttt.data.specs import DatasetSpec
 from ttt.errors import TttError
 from ttt.finetune import FinetuneConfig, make_finetune
 from ttt.graph import TTGSConfig, distance_scale, make_ttgs, plan_metrics
-from ttt.hparams import TRACED, HParams, broadcast, defaults, make_hparams
-from ttt.select import Context, GoalTables, SelectConfig, round_weights
+from ttt.hparams import HParams, broadcast, defaults, make_hparams
+from ttt.select import Context, GoalTables, SelectConfig, Transforms, round_weights
 
 # The round metrics, declared once: each name with what a round that did not adapt reports (an idle round: nothing
 # relevant, nothing kept, nothing trained). Selection's (`ttt.select.span_metrics`), fine-tuning's (`loss_first`,
@@ -64,47 +65,6 @@ ROUND_METRICS: dict[str, str] = {
     "value_rows": "int",
 }
 CRITICS = ("learned", "oracle")
-
-
-@dataclasses.dataclass(frozen=True)
-class Transforms:
-    """The selection stages a round composes; swap any for a function of one `ttt.select.Context` (the dataset, the
-    goal, the current state, the round, the key, the tables, the traced settings and your own parameters) to build a
-    variant, e.g. `Transforms(select=nearest_starts, params={"k": 8})`, then pass it to `make_setup(...,
-    transforms=...)`, `make_episodes` or `make_round_fns`. All must be pure and fixed-shape (docs/extending.md).
-
-    - `precompute(ctx) -> GoalTables` (once per episode: ends, returns, ...; `ctx.values` are `V(s_j | g*)`);
-    - `relevance(ctx) -> Bool[rows]` (`ctx.tables`, `ctx.state_xy`);
-    - `select(ctx) -> Selection` (the percentile filter of rule 'paper'; `ctx.relevant`, `ctx.key`);
-    - `weights(ctx) -> Int[rows]` (training-row weights of rule 'paper'; `ctx.selection`);
-    - `params`: your transforms' own numbers, `{name: value}`; they reach them as `ctx.params.user[name]`, traced,
-      so `evaluate(..., params={name: v})` or `grid={name: [...]}` changes them without compiling again.
-
-    The defaults are the library's own (`ttt.select.precompute_ctx`, `relevance_ctx`, `select_ctx`, `weights_ctx`;
-    the positional `ttt.select.precompute / relevance / select / train_weights` stand for them). A function of more
-    than one argument is refused, naming it; a `select` or `weights` of your own needs rule 'paper'.
-    """
-
-    precompute: Callable = _select.precompute
-    relevance: Callable = _select.relevance
-    select: Callable = _select.select
-    weights: Callable = _select.train_weights
-    params: Any = ()
-
-    def __post_init__(self):
-        p = self.params
-        items = p.items() if isinstance(p, Mapping) else p
-        try:
-            pairs = tuple(sorted((k, float(v)) for k, v in items))
-        except (TypeError, ValueError):
-            raise TttError(f"Transforms.params must map names to numbers, e.g. {{'k': 8}}, got {p!r}") from None
-        for k, v in pairs:
-            if not (isinstance(k, str) and k.isidentifier()) or k in TRACED:
-                raise TttError(f"Transforms.params: {k!r} is not a name of your own (an identifier, none of "
-                               f"{', '.join(TRACED)}: those are settings)")  # fmt: skip
-            if not math.isfinite(v):
-                raise TttError(f"Transforms.params: {k} must be a finite number, got {v!r}")
-        object.__setattr__(self, "params", pairs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,18 +125,16 @@ class TTTConfig:
             raise ValueError(f"value_cap must be a fraction of the rows in [0, 1], 'auto' (the default) or None (the "
                              f"full pass), got {cap!r}")  # fmt: skip
 
-    @property
-    def lazy_values(self) -> bool:
-        """Whether the lazy value pass can be on: `value_cap` > 0 or 'auto', the learned critic, and a mode that
-        reads values (not 'mc'; mode 'fixed' with a backbone without a value function reads none either: the pass
-        then computes none). With 'auto' it is on only under the default selection transforms (`lazy_pass`)."""
-        return bool(self.value_cap) and self.critic == "learned" and self.select.mode != "mc"
 
 
-def lazy_pass(ttt: TTTConfig | None, transforms: Transforms = Transforms()) -> bool:
-    """Whether an episode of `ttt` with `transforms` runs the lazy value pass (`TTTConfig.value_cap`): with
-    'auto' only under the default selection transforms (one of your own may read rows the pass leaves out)."""
-    if ttt is None or not ttt.lazy_values:
+def lazy_pass(ttt: TTTConfig | None, transforms: Transforms = Transforms(), has_value: bool = True) -> bool:
+    """The one predicate of whether an episode of `ttt` runs the lazy value pass (`TTTConfig.value_cap`): `value_cap`
+    > 0 or 'auto', the learned critic, and a mode that reads values ('critic'; 'fixed' with a backbone that has a
+    value function, `has_value`; not 'mc'); with 'auto' only under the default selection transforms (one of your own
+    may read rows the pass leaves out)."""
+    if ttt is None or not ttt.value_cap or ttt.critic != "learned":
+        return False
+    if not (ttt.select.mode == "critic" or (ttt.select.mode == "fixed" and has_value)):
         return False
     if ttt.value_cap != "auto":
         return True
@@ -255,15 +213,14 @@ def make_round_fns(
     spec: DatasetSpec,
     ttt: TTTConfig,
     transforms: Transforms = Transforms(),
-    with_tables: bool = False,
 ):
     """`(prepare, adapt, act)` for one configuration (see the module docstring); all pure, unjitted, unbatched.
     `transforms` supplies the selection stages (functions of a `ttt.select.Context`).
 
     - `prepare(agent, data, goal, oracle=None, params=None) -> GoalTables`;
-    - `adapt(agent0, opt_state0, key, data, tables, obs, goal, params=None, round=0) -> (agent, metrics)`, or with
-      `with_tables` `(agent, metrics, tables)`: the tables after the round (with `TTTConfig.value_cap`, holding the
-      values the round computed; pass them to the next round; otherwise the same tables);
+    - `adapt(agent0, opt_state0, key, data, tables, obs, goal, params=None, round=0) -> (agent, metrics, tables)`:
+      `tables` after the round (with the lazy value pass, `lazy_pass`, holding the values the round computed: pass
+      them to the next round; otherwise the same tables);
     - `act(agent, obs, goal, key=None, temperature=0.0) -> action`.
 
     `goal` is the goal OBSERVATION (the shape of `obs`); its goal coordinates are `spec.goal_coords(goal)`.
@@ -274,7 +231,7 @@ def make_round_fns(
     check_value_function(backbone, cfg, ttt)
     oracle_critic = ttt.critic == "oracle"
     needs_values = sel.mode == "critic" or (sel.mode == "fixed" and (backbone.has_value(cfg) or oracle_critic))
-    lazy = needs_values and lazy_pass(ttt, transforms)
+    lazy = lazy_pass(ttt, transforms, backbone.has_value(cfg))
     if lazy and any(getattr(transforms, k) is not v for k, v in _select.CONTEXT_DEFAULTS.items()):
         raise ValueError("value_cap (the lazy value pass) needs the default selection transforms: a transform of "
                          "your own may read values of rows it does not compute; set value_cap=None")  # fmt: skip
@@ -306,37 +263,6 @@ def make_round_fns(
             tables = dataclasses.replace(tables, values=values, computed=jnp.zeros((data.n_rows,), bool))
         return tables
 
-    def refresh(agent0, data: Dataset, tables: GoalTables, rel, goal, ctx) -> tuple[GoalTables, Int[Array, ""]]:
-        """The lazy value pass of one round: the values of the rows from the first relevant row (`rel`) of each
-        dataset episode to its end (every row a rule or diagnostic can read: spans start at relevant rows and end
-        later in their episode) not computed before, `cap` rows per pass (packed in row order by `nonzero`; a
-        `lax.while_loop` over passes), scattered into the cache; then the tables the rule reads, from the cache.
-        Returns the tables and the number of rows computed."""
-        n, E = data.n_rows, data.n_episodes
-        cap = value_pass_rows(ttt, n)
-        ep = data.ep_id.astype(jnp.int32)
-        rows = jnp.arange(n, dtype=jnp.int32)
-        first = jax.ops.segment_min(jnp.where(rel, rows, n), ep, num_segments=E, indices_are_sorted=True)
-        row_new = (rows >= first[ep]) & ~tables.computed
-        count = jnp.sum(row_new, dtype=jnp.int32)
-        order = jnp.nonzero(row_new, size=-(-n // cap) * cap, fill_value=n)[0].astype(jnp.int32)
-
-        def one_pass(c):
-            i, values = c
-            idx = jax.lax.dynamic_slice(order, (i * cap,), (cap,))  # n: a padded slot (gathers row n-1, dropped)
-            v = dataset_values(backbone.value, agent0, data.observations[jnp.minimum(idx, n - 1)], goal,
-                               ttt.value_chunk)  # fmt: skip
-            return i + 1, values.at[idx].set(v.astype(values.dtype), mode="drop")
-
-        _, values = jax.lax.while_loop(lambda c: c[0] * cap < count, one_pass, (jnp.int32(0), tables.values))
-        computed = tables.computed | row_new
-        if sel.rule_used == "episodes":  # the rule reads only the predicted steps
-            tables = dataclasses.replace(tables, steps=_select.predicted_steps(values, sel.gamma))
-        else:  # rule 'paper': ends and returns are within-episode scans of the values
-            fresh = transforms.precompute(dataclasses.replace(ctx, values=values, tables=None))
-            tables = dataclasses.replace(fresh, oracle_steps=tables.oracle_steps)
-        return dataclasses.replace(tables, values=values, computed=computed), count
-
     def adapt(agent0, opt_state0, key: PRNGKeyArray, data: Dataset, tables: GoalTables, obs, goal, params=None,
               round=0):  # fmt: skip
         params = hparams(params)
@@ -349,17 +275,16 @@ def make_round_fns(
         ctx = Context(data=data, goal_eps=spec.goal_eps, cfg=sel, goal_xy=spec.goal_coords(goal), params=params,
                       goal=goal, obs=obs, state_xy=spec.goal_coords(obs), round=jnp.asarray(round, jnp.int32),
                       key=k_sel, row_values=row_values, tables=tables)  # fmt: skip
-        relevance_fn = transforms.relevance
         value_rows = jnp.int32(0)
         if lazy:
             if tables.computed is None:
                 raise ValueError("value_cap: these tables come from a prepare without value_cap (no value cache)")
             # The default relevance reads only tables.eligible, which does not depend on the values.
             rel = transforms.relevance(ctx)
-            tables, value_rows = refresh(agent0, data, tables, rel & params.adapt, goal, ctx)
-            ctx = dataclasses.replace(ctx, tables=tables)
-            relevance_fn = lambda _: rel  # noqa: E731
-        weights, metrics = round_weights(ctx, relevance_fn, transforms.select, transforms.weights)
+            tables, value_rows = _refresh(backbone, ttt, transforms, agent0, data, tables, rel & params.adapt, goal,
+                                          ctx)  # fmt: skip
+            ctx = dataclasses.replace(ctx, tables=tables, relevant=rel)  # the round starts from these relevant rows
+        weights, metrics = round_weights(ctx, transforms)
         tuned, ft_metrics = finetune(agent0, opt_state0, k_ft, data, weights, goal, params)
         keep0 = metrics["empty"] | ~params.adapt
         ft_metrics = {k: jnp.where(keep0, jnp.nan, v) for k, v in ft_metrics.items()}  # nothing kept: nothing trained
@@ -370,9 +295,42 @@ def make_round_fns(
         )
         metrics = _where_tree(params.adapt, {**metrics, **ft_metrics, "value_rows": value_rows},
                               _idle_metrics(()))  # fmt: skip
-        return (agent, metrics, tables) if with_tables else (agent, metrics)
+        return agent, metrics, tables
 
     return prepare, adapt, make_act(backbone)
+
+
+def _refresh(backbone: Backbone, ttt: TTTConfig, transforms: Transforms, agent0, data: Dataset, tables: GoalTables,
+             rel, goal, ctx) -> tuple[GoalTables, Int[Array, ""]]:  # fmt: skip
+    """The lazy value pass of one round: the values of the rows from the first relevant row (`rel`) of each
+    dataset episode to its end (every row a rule or diagnostic can read: spans start at relevant rows and end
+    later in their episode) not computed before, `cap` rows per pass (packed in row order by `nonzero`; a
+    `lax.while_loop` over passes), scattered into the cache; then the tables the rule reads, from the cache.
+    Returns the tables and the number of rows computed."""
+    n, E = data.n_rows, data.n_episodes
+    cap = value_pass_rows(ttt, n)
+    ep = data.ep_id.astype(jnp.int32)
+    rows = jnp.arange(n, dtype=jnp.int32)
+    first = jax.ops.segment_min(jnp.where(rel, rows, n), ep, num_segments=E, indices_are_sorted=True)
+    row_new = (rows >= first[ep]) & ~tables.computed
+    count = jnp.sum(row_new, dtype=jnp.int32)
+    order = jnp.nonzero(row_new, size=-(-n // cap) * cap, fill_value=n)[0].astype(jnp.int32)
+
+    def one_pass(c):
+        i, values = c
+        idx = jax.lax.dynamic_slice(order, (i * cap,), (cap,))  # n: a padded slot (gathers row n-1, dropped)
+        v = dataset_values(backbone.value, agent0, data.observations[jnp.minimum(idx, n - 1)], goal,
+                           ttt.value_chunk)  # fmt: skip
+        return i + 1, values.at[idx].set(v.astype(values.dtype), mode="drop")
+
+    _, values = jax.lax.while_loop(lambda c: c[0] * cap < count, one_pass, (jnp.int32(0), tables.values))
+    computed = tables.computed | row_new
+    if _select.RULES[ttt.select.rule_used].reads == "steps":  # the rule reads only the predicted steps
+        tables = dataclasses.replace(tables, steps=_select.predicted_steps(values, ttt.select.gamma))
+    else:  # rule 'paper': ends and returns are within-episode scans of the values
+        fresh = transforms.precompute(dataclasses.replace(ctx, values=values, tables=None))
+        tables = dataclasses.replace(fresh, oracle_steps=tables.oracle_steps)
+    return dataclasses.replace(tables, values=values, computed=computed), count
 
 
 def check_value_function(backbone: Backbone, cfg, ttt: TTTConfig) -> None:
@@ -415,8 +373,8 @@ def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset
     `ceil(live / G)` buckets; each bucket gathers its episodes' inputs, adapts them (`v_adapt`, vmapped over G), and
     scatters the tuned agents and round metrics back. Ended episodes keep `dyn0` (their pre-trained arrays) and
     `metrics0`. Fixed shapes throughout; only the loop's trip count depends on the data. With `cache` (the tables
-    of the lazy value pass, which `v_adapt` then also returns) each bucket gathers its episodes' tables and scatters
-    the updated ones back; returns `(dyn, metrics, cache)`."""
+    of the lazy value pass) each bucket gathers its episodes' tables and scatters the updated ones `v_adapt` returns
+    back; returns `(dyn, metrics, cache)`."""
     agents0, opt_states0, k_adapt, tables, obs, goal, params = batched
     lazy = cache is not None
     B = done.shape[0]
@@ -431,15 +389,14 @@ def _adapt_live(v_adapt, G: int, done: Bool[Array, " B"], batched, data: Dataset
         pos = b * G + jnp.arange(G)
         live = pos < n_live
         idx = order[jnp.minimum(pos, B - 1)]
-        out = v_adapt(take(agents0, idx), take(opt_states0, idx), k_adapt[idx], data, take(tables_b, idx), obs[idx],
-                      goal[idx], take(params, idx))  # fmt: skip
-        agents, m = out[:2]
+        agents, m, after = v_adapt(take(agents0, idx), take(opt_states0, idx), k_adapt[idx], data,
+                                   take(tables_b, idx), obs[idx], goal[idx], take(params, idx))  # fmt: skip
         put = jnp.where(live, idx, B)  # B: out of range, dropped (a padded slot of the last bucket)
         scatter = lambda full, part: full.at[put].set(part, mode="drop")  # noqa: E731
         dyn = jax.tree.map(scatter, dyn, eqx.filter(agents, eqx.is_array))
         metrics = jax.tree.map(scatter, metrics, m)
         if lazy:
-            cache = jax.tree.map(scatter, cache, out[2])
+            cache = jax.tree.map(scatter, cache, after)
         return b + 1, dyn, metrics, cache
 
     init = (jnp.int32(0), dyn0, metrics0, cache)
@@ -500,9 +457,9 @@ class _Batch:
 
 def _program(backbone: Backbone, cfg, sampler: SamplerConfig, spec: DatasetSpec, ttt: TTTConfig | None,
              max_steps: int, transforms: Transforms, ttgs: TTGSConfig | None) -> _Program:  # fmt: skip
-    lazy = lazy_pass(ttt, transforms)
+    lazy = lazy_pass(ttt, transforms, backbone.has_value(cfg))
     if ttt is not None:  # with the lazy value pass the tables are carried from round to round
-        prepare, adapt, act = make_round_fns(backbone, cfg, sampler, spec, ttt, transforms, with_tables=lazy)
+        prepare, adapt, act = make_round_fns(backbone, cfg, sampler, spec, ttt, transforms)
     else:
         prepare = adapt = None
         act = make_act(backbone)
@@ -528,23 +485,42 @@ def _build_graphs(p: _Program, agents0, dyn0, static, data: Dataset, obs, goal):
     return graphs, jax.vmap(p.plan)(agents0, graphs, obs, goal)
 
 
-def _round(p: _Program, fx: _Batch, carry, r):
+class Live(NamedTuple):
+    """What each environment step of a batch changes (leading axis B): the environment states, the observations,
+    whether each episode has ended, reached its goal, the steps it took, and TTGS's plans (None without TTGS)."""
+
+    state: Any
+    obs: Array
+    done: Bool[Array, " B"]
+    success: Bool[Array, " B"]
+    steps: Int[Array, " B"]
+    plan: Any
+
+
+class RoundCarry(NamedTuple):
+    """What a round hands the next: the episodes (`Live`) and the lazy value pass's cache (the goal tables with the
+    values computed so far; None without the lazy pass)."""
+
+    live: Live
+    cache: GoalTables | None
+
+
+def _round(p: _Program, fx: _Batch, carry: RoundCarry, r):
     """Round `r` of the batch: its keys, its target (`_round_target`), the adapt schedule (`_adapt_round`), then K
-    environment steps (`_rollout`). The carry: (state, obs, done, success, steps, the lazy pass's cache, the TTGS
-    plans); the output: the round's (observations, actions) and its metrics."""
-    state, obs, done, success, steps, cache, plan_r = carry
+    environment steps (`_rollout`). Returns the next `RoundCarry` and the round's (observations, actions) and
+    metrics."""
+    live, cache = carry
     k_adapt, k_act = jax.vmap(round_keys, in_axes=(0, None))(fx.ttt_keys, r)
-    all_done = jnp.all(done)
-    idle = done | ~fx.params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
-    target, tables, cache = _round_target(p, fx, obs, plan_r, cache)
-    agents, metrics, cache = _adapt_round(p, fx, r, k_adapt, idle, obs, target, tables, cache)
+    all_done = jnp.all(live.done)
+    idle = live.done | ~fx.params.adapt  # ended, or a base row (`params.adapt` False): nothing to adapt
+    target, tables, cache = _round_target(p, fx, live.obs, live.plan, cache)
+    agents, metrics, cache = _adapt_round(p, fx, r, k_adapt, idle, live.obs, target, tables, cache)
     # An episode that had ended reports an idle round whether or not its batch still ran the round.
-    metrics = {**_where_tree(~idle, metrics, empty_round_metrics(fx.B)), "active": ~done}
-    steps_carry = (state, obs, done, success, steps, plan_r)
-    steps_carry, traj = _rollout(p, fx, r, k_act, agents, metrics["max_span"], all_done, steps_carry)
+    metrics = {**_where_tree(~idle, metrics, empty_round_metrics(fx.B)), "active": ~live.done}
+    live, traj = _rollout(p, fx, r, k_act, agents, metrics["max_span"], all_done, live)
     if p.subgoal is not None:
-        metrics = {**metrics, **jax.vmap(plan_metrics)(steps_carry[5])}
-    return (*steps_carry[:5], cache, steps_carry[5]), (traj, metrics)
+        metrics = {**metrics, **jax.vmap(plan_metrics)(live.plan)}
+    return RoundCarry(live, cache), (traj, metrics)
 
 
 def _round_target(p: _Program, fx: _Batch, obs, plan_r, cache):
@@ -571,8 +547,9 @@ def _adapt_round(p: _Program, fx: _Batch, r, k_adapt, idle, obs, target, tables,
     if fx.G >= B:  # the whole batch adapts together until all of it has ended
 
         def run(obs, cache):
-            out = v_adapt(fx.agents0, fx.opt_states0, k_adapt, fx.data, tables, obs, target, fx.params)
-            return eqx.filter(out[0], eqx.is_array), out[1], out[2] if p.lazy else cache
+            agents, metrics, after = v_adapt(fx.agents0, fx.opt_states0, k_adapt, fx.data, tables, obs, target,
+                                             fx.params)  # fmt: skip
+            return eqx.filter(agents, eqx.is_array), metrics, after if p.lazy else cache
 
         def skip(obs, cache):
             return fx.dyn0, empty_round_metrics(B), cache
@@ -585,25 +562,26 @@ def _adapt_round(p: _Program, fx: _Batch, r, k_adapt, idle, obs, target, tables,
     return eqx.combine(dyn, fx.static), metrics, cache
 
 
-def _rollout(p: _Program, fx: _Batch, r, k_act, agents, max_span, all_done, carry):
+def _rollout(p: _Program, fx: _Batch, r, k_act, agents, max_span, all_done, live: Live):
     """The round's K environment steps (a `lax.scan` of `_env_step`), or none once every episode of the batch has
-    ended (the observations held, no actions). Returns the carry and the round's (K, B, ...) observations and
-    actions."""
+    ended (the observations held, no actions). Returns the episodes after the round and its (K, B, ...)
+    observations and actions."""
 
-    def rollout(c):
+    def rollout(c: Live):
         return jax.lax.scan(lambda c, i: _env_step(p, fx, r, k_act, agents, max_span, c, i), c, jnp.arange(p.K))
 
-    def idle(c):
-        obs = c[1]
+    def idle(c: Live):
+        obs = c.obs
         return c, (jnp.broadcast_to(obs, (p.K,) + obs.shape), jnp.zeros((p.K, fx.B, p.action_dim), obs.dtype))
 
-    return jax.lax.cond(all_done, idle, rollout, carry)
+    return jax.lax.cond(all_done, idle, rollout, live)
 
 
-def _env_step(p: _Program, fx: _Batch, r, k_act, agents, max_span, c, i):
+def _env_step(p: _Program, fx: _Batch, r, k_act, agents, max_span, c: Live, i):
     """Step `i` of round `r`: each episode acts (towards TTGS's subgoal with TTGS; with the pre-trained agent once
     `i` passes the longest kept span `max_span`, with `reset_after_horizon`) and its environment steps; ended
-    episodes and steps past `max_steps` change nothing. Returns the carry and the step's (observation, action)."""
+    episodes and steps past `max_steps` change nothing. Returns the episodes after the step and its (observation,
+    action)."""
     state, obs, done, success, steps, plan_s = c
     t = r * p.K + i
     active = ~done & (t < p.max_steps)
@@ -625,7 +603,7 @@ def _env_step(p: _Program, fx: _Batch, r, k_act, agents, max_span, c, i):
         live = active & ~hit
         plan_s = jax.vmap(p.after_step)(fx.agents0, fx.graphs, plan_s, obs, fx.goal, target, live)
     done = done | (active & hit) | (t + 1 >= p.max_steps)
-    return (state, obs, done, success, steps, plan_s), (obs, jnp.where(active[:, None], a, 0.0))
+    return Live(state, obs, done, success, steps, plan_s), (obs, jnp.where(active[:, None], a, 0.0))
 
 
 def _episode_out(p: _Program, success, steps, start, goal, traj, metrics) -> EpisodeOut:
@@ -698,11 +676,10 @@ def make_episodes(
         fx = _Batch(agents0=agents0, opt_states0=opt_states0, opt_axis=None if opt_states0 is None else 0, dyn0=dyn0,
                     static=static, env=env, data=data, oracle=oracle, params=params, ttt_keys=ttt_keys, goal=goal,
                     tables=tables, graphs=graphs, B=B, G=G)  # fmt: skip
-        init = (state, obs, jnp.zeros((B,), bool), jnp.zeros((B,), bool), jnp.zeros((B,), jnp.int32),
-                tables if p.lazy else None, plan0)  # fmt: skip
+        live = Live(state, obs, jnp.zeros((B,), bool), jnp.zeros((B,), bool), jnp.zeros((B,), jnp.int32), plan0)
         rounds = functools.partial(_round, p, fx)
-        (_, _, _, success, steps, _, _), (traj, metrics) = jax.lax.scan(rounds, init, jnp.arange(p.R))
-        return _episode_out(p, success, steps, obs, goal, traj, metrics)
+        end, (traj, metrics) = jax.lax.scan(rounds, RoundCarry(live, tables if p.lazy else None), jnp.arange(p.R))
+        return _episode_out(p, end.live.success, end.live.steps, obs, goal, traj, metrics)
 
     return episodes
 

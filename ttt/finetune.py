@@ -1,7 +1,7 @@
 """Test-time fine-tuning: N steps of the backbone's whole loss on the selected rows, as one `lax.scan`.
 
 `make_finetune(...)` returns the pure `finetune(agent, opt_state, key, data, weights, goal) -> (agent, metrics)`.
-Each step draws a batch of rows from the selection's training weights (`select.sample_ttt_rows`: a `mix` fraction
+Each step draws a batch of rows from the selection's training weights (`sample_ttt_rows`: a `mix` fraction
 uniformly from the dataset), builds the backbone's own batch for them (value goals relabelled as in
 pre-training), fixes the actor goal of the selected rows to the episode's goal `g*`, and applies one Adam step
 of the whole loss (critic and actor) followed by the backbone's target update. The optimiser starts fresh every
@@ -19,13 +19,82 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import optax
-from jaxtyping import Array, Float, PRNGKeyArray, Real
+from jaxtyping import Array, Float, Int, Key, PRNGKeyArray, Real
 
 from ttt.agents.common import Backbone, step_targets
 from ttt.data.dataset import Dataset
-from ttt.data.sampler import SamplerConfig
+from ttt.data.sampler import SamplerConfig, sample_rows
 from ttt.hparams import HParams, n_uniform
-from ttt.select import sample_ttt_rows, weight_table
+
+
+class WeightTable(eqx.Module):
+    """The cumulative training weights of one round (`weight_table`), built once and sampled N times."""
+
+    cum: Array  # cumulative weights (int32 for integer weights, float32 otherwise)
+    total: Array  # the sum of the weights
+    last: Int[Array, ""]  # the last row with a positive weight (float round-up must not leave the support)
+
+
+def weight_table(weights: Real[Array, " rows"]) -> WeightTable:
+    """One O(|D|) cumulative sum of the round's weights, shared by all its batch draws."""
+    if jnp.issubdtype(weights.dtype, jnp.integer):
+        c = jnp.cumsum(weights.astype(jnp.int32))
+        last = jnp.asarray(weights.shape[0] - 1, jnp.int32)
+    else:
+        w = jnp.maximum(weights.astype(jnp.float32), 0.0)
+        c = jnp.cumsum(w)
+        last = jnp.max(jnp.where(w > 0, jnp.arange(w.shape[0]), 0)).astype(jnp.int32)
+    return WeightTable(cum=c, total=c[-1], last=last)
+
+
+def _sample_weighted(key: Key[Array, ""], table: WeightTable, n: int) -> tuple[Int[Array, " n"], Array]:
+    """`n` rows with probability proportional to the weights (searchsorted on their cumulative sum), and the
+    total weight."""
+    c, total = table.cum, table.total
+    if jnp.issubdtype(c.dtype, jnp.integer):
+        u = jax.random.randint(key, (n,), 0, jnp.maximum(total, 1))
+        idx = jnp.searchsorted(c, u, side="right")
+    else:
+        idx = jnp.searchsorted(c, jax.random.uniform(key, (n,)) * total, side="right")
+        idx = jnp.minimum(idx, table.last)
+    return jnp.minimum(idx, c.shape[0] - 1).astype(jnp.int32), total
+
+
+def sample_ttt_rows(
+    key: Key[Array, ""],
+    weights: Real[Array, " rows"] | WeightTable,
+    n: int,
+    mix: float,
+    data: Dataset,
+    n_mix: Int[Array, ""] | None = None,
+) -> Int[Array, " n"]:
+    """`n` TTT training rows: the first `n - round(mix * n)` drawn from `weights` (or their `weight_table`, to
+    draw many batches from one cumulative sum), the rest uniformly from the valid rows. With all-zero weights
+    (empty selection) the weighted part falls back to uniform valid rows. `n_mix` (traced, e.g.
+    `HParams.n_mix`) overrides `round(mix * n)`: then `n` rows are drawn from each source and the first `n - n_mix`
+    weighted ones kept, the same rows as the static split (JAX's draws are prefix-consistent)."""
+    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
+        raise ValueError(f"sample_ttt_rows: n must be an int >= 1, got {n!r}")
+    if not (isinstance(mix, int | float) and not isinstance(mix, bool) and 0.0 <= mix <= 1.0):
+        raise ValueError(f"sample_ttt_rows: mix must be in [0, 1], got {mix!r}")
+    table = weights if isinstance(weights, WeightTable) else weight_table(weights)
+    k_w, k_fallback, k_mix = jax.random.split(key, 3)
+    if n_mix is not None:
+        weighted, total = _sample_weighted(k_w, table, n)
+        weighted = jnp.where(total > 0, weighted, sample_rows(k_fallback, data, n))
+        uniform = sample_rows(k_mix, data, n)
+        pos = jnp.arange(n)
+        n_w = n - n_mix
+        return jnp.where(pos < n_w, weighted, uniform[jnp.maximum(pos - n_w, 0)]).astype(jnp.int32)
+    n_mix = n_uniform(n, mix)
+    n_w = n - n_mix
+    parts = []
+    if n_w > 0:
+        weighted, total = _sample_weighted(k_w, table, n_w)
+        parts.append(jnp.where(total > 0, weighted, sample_rows(k_fallback, data, n_w)))
+    if n_mix > 0:
+        parts.append(sample_rows(k_mix, data, n_mix))
+    return jnp.concatenate(parts).astype(jnp.int32)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,13 @@
-"""GC-TTT's selection of relevant, optimal sub-trajectories, as pure fixed-shape JAX transforms (DESIGN.md §2).
+"""GC-TTT's selection of relevant, optimal sub-trajectories, as pure fixed-shape JAX transforms (docs/algorithm.md,
+"The round" and the rules).
 
 Once per evaluation episode (goal g*), `precompute` builds `GoalTables`: rewards, sub-trajectory ends, return
 estimates and eligible starts, with O(|D|) within-episode reverse scans. Every round (current state s),
 `relevance` marks eligible rows near s, `select` keeps the `ceil(q * n_rel)` relevant rows with the highest
-return (ties broken at random), `train_weights` counts the selected sub-trajectories covering each row, and
-`sample_ttt_rows` draws training rows from those counts. `round_weights` composes one round from a `Context`
-(`select_round`: the same from plain arguments).
+return (ties broken at random), and `train_weights` counts the selected sub-trajectories covering each row (from which
+`ttt.finetune.sample_ttt_rows` draws training rows). The selection API is one value and one function: `Transforms`,
+the stages as functions of a `Context`, and `round_weights(ctx, transforms)`, one round; the rules are declared once,
+in `RULES`.
 
 Shapes never depend on data (masks, ranks over masked scores, cumulative-sum + `searchsorted` sampling; no
 boolean indexing), so everything jits once per (config, shapes) and vmaps over goals, states and keys. The
@@ -16,32 +18,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, Key, Real
+from jaxtyping import Array, Bool, Float, Int, Key
 
 from ttt.data.dataset import Dataset
-from ttt.data.sampler import sample_rows
 from ttt.errors import TttError
-from ttt.hparams import HParams, q_fraction
-from ttt.hparams import n_uniform as n_uniform  # re-exported: its home is ttt.hparams
+from ttt.hparams import TRACED, HParams, q_fraction
 
 Mode = Literal["critic", "mc", "fixed"]
 Rule = Literal["paper", "episodes", "mc-episodes"]
 RelevanceKind = Literal["distance", "value"]
 _MODES = ("critic", "mc", "fixed")
-RULES = ("paper", "episodes", "mc-episodes")
 # The rule a mode gets when none is named: with a critic the published code's, which the selection study found to
 # work with a short-trained critic where the paper's text does not (benchmarks/studies/selection-study.md); without
 # one, the paper's Monte-Carlo rule (as good on navigate, and it replans every K steps).
 DEFAULT_RULES = {"critic": "episodes", "mc": "paper", "fixed": "paper"}
-# The selection settings each rule never reads: a grid over one of them would give identical points, so grids,
-# `load_run` and `ttt eval` refuse them (docs/algorithm.md).
-IGNORED_BY_RULE = {"paper": ("n_episodes", "slack"), "episodes": ("q", "noise_alpha", "slack"),
-                   "mc-episodes": ("noise_alpha", "n_episodes")}  # fmt: skip
 _BIG = float(jnp.finfo(jnp.float32).max) / 2  # "very far": NaN or out-of-range predicted steps
 _NO_INT = 2**30  # "none" for integer per-episode scores
 _RELEVANCES = ("distance", "value")
@@ -57,7 +53,7 @@ def _is_real(x) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class SelectConfig:
-    """Static selection configuration (DESIGN.md §2).
+    """Static selection configuration (docs/algorithm.md, "The round").
 
     - `q`: fraction of relevant sub-trajectories KEPT, in (0, 1] (paper: 0.05). It is used as the nearest
       fraction with denominator <= 10,000, so `ceil(q * n_rel)` is exact integer arithmetic (0.07 * 100 -> 7).
@@ -130,13 +126,13 @@ class SelectConfig:
             raise ValueError(f"SelectConfig.n_episodes must be an int >= 1, got {self.n_episodes!r}")
         if not (_is_int(self.slack) and self.slack >= 0):
             raise ValueError(f"SelectConfig.slack must be an int >= 0, got {self.slack!r}")
-        need = {"episodes": "critic", "mc-episodes": "mc"}.get(self.rule)  # an explicit rule must fit the mode
+        need = None if self.rule is None else RULES[self.rule].mode  # an explicit rule must fit the mode
         if need is not None and self.mode != need:
             raise ValueError(
                 f"SelectConfig.rule={self.rule!r} needs mode={need!r} "
                 f"({'a critic' if need == 'critic' else 'no critic'}), got mode={self.mode!r}"
             )
-        if self.rule_used != "paper" and self.noise_alpha > 0:
+        if "noise_alpha" in RULES[self.rule_used].ignores and self.noise_alpha > 0:
             raise ValueError(
                 f"SelectConfig.noise_alpha applies to rule 'paper' only, got rule={self.rule_used!r} (set rule='paper')"
             )
@@ -547,76 +543,6 @@ def span_metrics(tables: GoalTables, data: Dataset, sp: Spans, weights: Array) -
     return out
 
 
-class WeightTable(eqx.Module):
-    """The cumulative training weights of one round (`weight_table`), built once and sampled N times."""
-
-    cum: Array  # cumulative weights (int32 for integer weights, float32 otherwise)
-    total: Array  # the sum of the weights
-    last: Int[Array, ""]  # the last row with a positive weight (float round-up must not leave the support)
-
-
-def weight_table(weights: Real[Array, " rows"]) -> WeightTable:
-    """One O(|D|) cumulative sum of the round's weights, shared by all its batch draws."""
-    if jnp.issubdtype(weights.dtype, jnp.integer):
-        c = jnp.cumsum(weights.astype(jnp.int32))
-        last = jnp.asarray(weights.shape[0] - 1, jnp.int32)
-    else:
-        w = jnp.maximum(weights.astype(jnp.float32), 0.0)
-        c = jnp.cumsum(w)
-        last = jnp.max(jnp.where(w > 0, jnp.arange(w.shape[0]), 0)).astype(jnp.int32)
-    return WeightTable(cum=c, total=c[-1], last=last)
-
-
-def _sample_weighted(key: Key[Array, ""], table: WeightTable, n: int) -> tuple[Int[Array, " n"], Array]:
-    """`n` rows with probability proportional to the weights (searchsorted on their cumulative sum), and the
-    total weight."""
-    c, total = table.cum, table.total
-    if jnp.issubdtype(c.dtype, jnp.integer):
-        u = jax.random.randint(key, (n,), 0, jnp.maximum(total, 1))
-        idx = jnp.searchsorted(c, u, side="right")
-    else:
-        idx = jnp.searchsorted(c, jax.random.uniform(key, (n,)) * total, side="right")
-        idx = jnp.minimum(idx, table.last)
-    return jnp.minimum(idx, c.shape[0] - 1).astype(jnp.int32), total
-
-
-def sample_ttt_rows(
-    key: Key[Array, ""],
-    weights: Real[Array, " rows"] | WeightTable,
-    n: int,
-    mix: float,
-    data: Dataset,
-    n_mix: Int[Array, ""] | None = None,
-) -> Int[Array, " n"]:
-    """`n` TTT training rows: the first `n - round(mix * n)` drawn from `weights` (or their `weight_table`, to
-    draw many batches from one cumulative sum), the rest uniformly from the valid rows. With all-zero weights
-    (empty selection) the weighted part falls back to uniform valid rows. `n_mix` (traced, e.g.
-    `HParams.n_mix`) overrides `round(mix * n)`: then `n` rows are drawn from each source and the first `n - n_mix`
-    weighted ones kept, the same rows as the static split (JAX's draws are prefix-consistent)."""
-    if not (_is_int(n) and n >= 1):
-        raise ValueError(f"sample_ttt_rows: n must be an int >= 1, got {n!r}")
-    if not (_is_real(mix) and 0.0 <= mix <= 1.0):
-        raise ValueError(f"sample_ttt_rows: mix must be in [0, 1], got {mix!r}")
-    table = weights if isinstance(weights, WeightTable) else weight_table(weights)
-    k_w, k_fallback, k_mix = jax.random.split(key, 3)
-    if n_mix is not None:
-        weighted, total = _sample_weighted(k_w, table, n)
-        weighted = jnp.where(total > 0, weighted, sample_rows(k_fallback, data, n))
-        uniform = sample_rows(k_mix, data, n)
-        pos = jnp.arange(n)
-        n_w = n - n_mix
-        return jnp.where(pos < n_w, weighted, uniform[jnp.maximum(pos - n_w, 0)]).astype(jnp.int32)
-    n_mix = n_uniform(n, mix)
-    n_w = n - n_mix
-    parts = []
-    if n_w > 0:
-        weighted, total = _sample_weighted(k_w, table, n_w)
-        parts.append(jnp.where(total > 0, weighted, sample_rows(k_fallback, data, n_w)))
-    if n_mix > 0:
-        parts.append(sample_rows(k_mix, data, n_mix))
-    return jnp.concatenate(parts).astype(jnp.int32)
-
-
 class Context(eqx.Module):
     """What every selection transform sees: one value, so a rule of your own is one function of it
     (docs/extending.md). Built by the episode for each transform call; a field that a stage has not reached yet is
@@ -678,57 +604,109 @@ CONTEXT_DEFAULTS = {"precompute": precompute_ctx, "relevance": relevance_ctx, "s
                     "weights": weights_ctx}  # fmt: skip
 
 
-def round_spans(ctx: Context, select_fn=select_ctx) -> tuple[Spans, Selection | None]:
+@dataclasses.dataclass(frozen=True)
+class Transforms:
+    """The selection stages a round composes, each a function of one `Context` (the dataset, the goal, the current
+    state, the round, the key, the tables, the traced settings and your own parameters): the one selection API. Swap
+    any to build a variant, e.g. `Transforms(select=nearest_starts, params={"k": 8})`, then pass it to
+    `make_setup(..., transforms=...)`, `make_episodes` or `make_round_fns`. All must be pure and fixed-shape
+    (docs/extending.md).
+
+    - `precompute(ctx) -> GoalTables` (once per episode: ends, returns, ...; `ctx.values` are `V(s_j | g*)`);
+    - `relevance(ctx) -> Bool[rows]` (`ctx.tables`, `ctx.state_xy`);
+    - `select(ctx) -> Selection` (the percentile filter of rule 'paper'; `ctx.relevant`, `ctx.key`);
+    - `weights(ctx) -> Int[rows]` (training-row weights of rule 'paper'; `ctx.selection`);
+    - `params`: your transforms' own numbers, `{name: value}`; they reach them as `ctx.params.user[name]`, traced,
+      so `evaluate(..., params={name: v})` or `grid={name: [...]}` changes them without compiling again.
+
+    The defaults are the library's own (`precompute_ctx`, `relevance_ctx`, `select_ctx`, `weights_ctx`, which a
+    transform of yours may call on a modified context). A function of more than one argument is refused, naming it;
+    a `select` or `weights` of your own needs rule 'paper' (`ttt.checks.check_transforms`).
+    """
+
+    precompute: Callable = precompute_ctx
+    relevance: Callable = relevance_ctx
+    select: Callable = select_ctx
+    weights: Callable = weights_ctx
+    params: Any = ()
+
+    def __post_init__(self):
+        p = self.params
+        items = p.items() if isinstance(p, Mapping) else p
+        try:
+            pairs = tuple(sorted((k, float(v)) for k, v in items))
+        except (TypeError, ValueError):
+            raise TttError(f"Transforms.params must map names to numbers, e.g. {{'k': 8}}, got {p!r}") from None
+        for k, v in pairs:
+            if not (isinstance(k, str) and k.isidentifier()) or k in TRACED:
+                raise TttError(f"Transforms.params: {k!r} is not a name of your own (an identifier, none of "
+                               f"{', '.join(TRACED)}: those are settings)")  # fmt: skip
+            if not math.isfinite(v):
+                raise TttError(f"Transforms.params: {k} must be a finite number, got {v!r}")
+        object.__setattr__(self, "params", pairs)
+
+
+def _paper_spans(ctx: Context, select_fn) -> tuple[Spans, Selection]:
+    """Rule 'paper': every relevant row starts a span; `select_fn(ctx)` keeps some (default: the top `q` fraction by
+    return)."""
+    sel = select_fn(ctx)
+    rel = ctx.relevant
+    return Spans(candidates=rel, mask=sel.mask, ends=ctx.tables.ends, threshold=sel.threshold, relevant=rel), sel
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectionRule:
+    """One selection rule, declared once (docs/algorithm.md): `spans(ctx, select_fn) -> (Spans, Selection | None)`
+    (the spans kept from `ctx.relevant`; the `Selection` where a `select` transform made it); the `mode` it needs
+    (None: any); the selection settings it never reads (`ignores`: a grid over one would give identical points);
+    whether a `select` / `weights` transform of yours applies to it (`refinable`); and what of the value-derived
+    tables it reads (`reads`: 'steps', the predicted steps alone, or 'tables', ends and returns too), which the lazy
+    value pass refreshes."""
+
+    spans: Callable
+    mode: str | None
+    ignores: tuple[str, ...]
+    refinable: bool
+    reads: str
+
+
+RULES: dict[str, SelectionRule] = {
+    "paper": SelectionRule(_paper_spans, None, ("n_episodes", "slack"), True, "tables"),
+    "episodes": SelectionRule(lambda ctx, _: (episode_spans(ctx.tables, ctx.data, ctx.relevant, ctx.cfg), None),
+                              "critic", ("q", "noise_alpha", "slack"), False, "steps"),
+    "mc-episodes": SelectionRule(
+        lambda ctx, _: (mc_episode_spans(ctx.tables, ctx.data, ctx.relevant, ctx.cfg, ctx.params), None),
+        "mc", ("noise_alpha", "n_episodes"), False, "tables"),
+}  # fmt: skip
+# The selection settings each rule never reads: grids, `load_run` and `ttt eval` refuse them (docs/algorithm.md).
+IGNORED_BY_RULE = {name: rule.ignores for name, rule in RULES.items()}
+
+
+def round_spans(ctx: Context, select_fn: Callable = select_ctx) -> tuple[Spans, Selection | None]:
     """The spans one round keeps from `ctx.relevant` (a context holding the round's tables, state and key), under
-    `ctx.cfg.rule_used`: rule 'paper' keeps what `select_fn(ctx)` (default: the top `q` fraction of relevant rows by
-    return) selects, and returns that `Selection` too; the episode rules ('episodes', 'mc-episodes': the published
-    code's per-episode rules) keep their own spans (selection None)."""
-    rel, tables, data = ctx.relevant, ctx.tables, ctx.data
-    rule = ctx.cfg.rule_used
-    if rule == "paper":
-        sel = select_fn(ctx)
-        return Spans(candidates=rel, mask=sel.mask, ends=tables.ends, threshold=sel.threshold, relevant=rel), sel
-    if rule == "episodes":
-        return episode_spans(tables, data, rel, ctx.cfg), None
-    return mc_episode_spans(tables, data, rel, ctx.cfg, ctx.params), None
+    `ctx.cfg.rule_used` (`RULES`): rule 'paper' keeps what `select_fn(ctx)` selects and returns that `Selection` too;
+    the episode rules (the published code's) keep their own spans (selection None)."""
+    return RULES[ctx.cfg.rule_used].spans(ctx, select_fn)
 
 
-def round_weights(ctx: Context, relevance_fn=relevance_ctx, select_fn=select_ctx, weights_fn=weights_ctx):
-    """One round, the one implementation every caller goes through: `relevance_fn(ctx)` -> the rule's spans
-    (`round_spans`; rule 'paper': `select_fn(ctx)`, then `weights_fn(ctx)`) -> `(weights, metrics)`. The functions
-    take the `Context` (the fields filled so far); the episode composes them from its `Transforms`.
+def round_weights(ctx: Context, transforms: Transforms = Transforms()):
+    """One round, the one entry point every caller goes through: `transforms.relevance(ctx)` (skipped where
+    `ctx.relevant` is given) -> the rule's spans (`round_spans`; rule 'paper': `transforms.select(ctx)`, then
+    `transforms.weights(ctx)`) -> `(weights, metrics)`. A round at a state of plain arguments:
+    `round_weights(Context(data=..., goal_eps=..., cfg=..., state_xy=..., key=..., tables=...))`.
 
     Metrics (`span_metrics`): `n_rel`, `n_selected` (spans kept), `threshold` (the worst kept score; NaN when
     empty), `empty` (nothing kept: the caller keeps the pre-trained agent), `n_train_rows` (rows with weight > 0),
     `reach_frac` (kept spans that reach the goal), `max_span` (rows in the longest kept span), and with an oracle
     `spearman`, `oracle_end_sel`, `oracle_end_all`."""
-    ctx = dataclasses.replace(ctx, relevant=relevance_fn(ctx))
-    sp, sel = round_spans(ctx, select_fn)
+    if ctx.relevant is None:
+        ctx = dataclasses.replace(ctx, relevant=transforms.relevance(ctx))
+    sp, sel = round_spans(ctx, transforms.select)
     if sel is not None:
-        weights = weights_fn(dataclasses.replace(ctx, selection=sel))
+        weights = transforms.weights(dataclasses.replace(ctx, selection=sel))
     else:
         weights = span_weights(sp.mask, sp.ends, ctx.data)
     return weights, span_metrics(ctx.tables, ctx.data, sp, weights)
-
-
-def select_round(
-    key: Key[Array, ""],
-    tables: GoalTables,
-    data: Dataset,
-    state_xy: Float[Array, " goal"],
-    cfg: SelectConfig,
-    goal_eps: float | Float[Array, ""],
-    row_values: Float[Array, " rows"] | None = None,
-    *,
-    params: HParams | None = None,
-) -> tuple[Int[Array, " rows"], dict[str, Array]]:
-    """`round_weights` with the library's own stages, from plain arguments: the `Context` of a round at the state
-    whose GOAL COORDINATES are `state_xy`, with the selection key `key`; `params`: traced settings
-    (`ttt.hparams.HParams`) that replace `cfg`'s q, eps_rel and noise_alpha. To swap a stage, call `round_weights`
-    with a context and functions of it."""
-    ctx = Context(data=data, goal_eps=goal_eps, cfg=cfg, params=params, state_xy=state_xy, key=key,
-                  row_values=row_values, tables=tables)  # fmt: skip
-    return round_weights(ctx)
 
 
 def training_rows(
@@ -767,11 +745,11 @@ def training_rows(
     unknown = sorted(set(params) - set(fields))
     if unknown:
         raise TttError(f"training_rows: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
-    mode = "critic" if rule == "episodes" or (rule == "paper" and values is not None) else "mc"
-    if rule == "mc-episodes" and values is not None:
-        raise TttError("training_rows: rule 'mc-episodes' is critic-free; pass values=None")
-    if rule == "episodes" and values is None:
-        raise TttError("training_rows: rule 'episodes' needs values (V(s_j | goal) for every row)")
+    mode = RULES[rule].mode or ("critic" if values is not None else "mc")
+    if mode == "mc" and values is not None and RULES[rule].mode:
+        raise TttError(f"training_rows: rule {rule!r} is critic-free; pass values=None")
+    if mode == "critic" and values is None:
+        raise TttError(f"training_rows: rule {rule!r} needs values (V(s_j | goal) for every row)")
     dim = data.goals.shape[-1]
     for name, x in (("state", state), ("goal", goal)):
         if jnp.shape(x) != (dim,):
@@ -790,5 +768,6 @@ def training_rows(
     cfg = SelectConfig(rule=rule, mode=mode, **params)
     key = jax.random.key(0) if key is None else key
     tables = precompute(data, jnp.asarray(goal, jnp.float32), values, cfg, goal_eps)
-    weights, _ = select_round(key, tables, data, jnp.asarray(state, jnp.float32), cfg, goal_eps)
-    return weights
+    ctx = Context(data=data, goal_eps=goal_eps, cfg=cfg, state_xy=jnp.asarray(state, jnp.float32), key=key,
+                  tables=tables)  # fmt: skip
+    return round_weights(ctx)[0]

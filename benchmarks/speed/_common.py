@@ -19,10 +19,16 @@ from ttt.envs.gym import make_gym_env as make_env
 from ttt.episode import make_act, round_keys
 from ttt.evaluation import EvalSetup, episode_batch
 from ttt.finetune import make_ttt_step
-from ttt.select import select_round
+from ttt.select import Context, round_weights
 from ttt.setups import checkpoint_setup
 
 CKPT = "runs/base/cpu/pointmaze-medium-navigate-v0/gcbc"
+
+
+def select_round(key, tables, data, state_xy, cfg, goal_eps, row_values=None):
+    """One selection round of the library's own stages from plain arguments (`ttt.select.round_weights`)."""
+    return round_weights(Context(data=data, goal_eps=goal_eps, cfg=cfg, state_xy=state_xy, key=key,
+                                 row_values=row_values, tables=tables))  # fmt: skip
 
 
 def machine() -> dict:

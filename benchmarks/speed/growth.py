@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import machine, open_run, seed0, variant_setup  # noqa: E402
+from _common import machine, open_run, seed0, select_round, variant_setup  # noqa: E402
 
 from ttt.checkpoint import init_state  # noqa: E402
 from ttt.data.dataset import Dataset  # noqa: E402
@@ -41,7 +41,7 @@ from ttt.data.specs import get_spec  # noqa: E402
 from ttt.episode import TTTConfig, dataset_values, make_episodes, make_round_fns  # noqa: E402
 from ttt.finetune import FinetuneConfig, make_ttt_step  # noqa: E402
 from ttt.presets import agent_backbone, make_configs  # noqa: E402
-from ttt.select import SelectConfig, select_round  # noqa: E402
+from ttt.select import SelectConfig  # noqa: E402
 
 GCBC = agent_backbone("gcbc")
 

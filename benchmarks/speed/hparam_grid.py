@@ -54,7 +54,7 @@ def timed(fn):
 
 
 def fresh():
-    ev._PROGRAMS.clear()
+    ev.setup.cached_program.cache_clear()
     jax.clear_caches()
 
 

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import machine, open_run, seed0, variant_setup  # noqa: E402
+from _common import machine, open_run, seed0, select_round, variant_setup  # noqa: E402
 
 from ttt.checkpoint import init_state  # noqa: E402
 from ttt.data.files import load  # noqa: E402
@@ -43,7 +43,7 @@ from ttt.data.specs import get_spec  # noqa: E402
 from ttt.episode import TTTConfig, make_round_fns  # noqa: E402
 from ttt.finetune import make_ttt_step  # noqa: E402
 from ttt.presets import agent_backbone, make_configs  # noqa: E402
-from ttt.select import SelectConfig, select_round  # noqa: E402
+from ttt.select import SelectConfig  # noqa: E402
 from ttt.setups import make_setup  # noqa: E402
 
 NAV = "pointmaze-medium-navigate-v0"

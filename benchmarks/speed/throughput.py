@@ -33,12 +33,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import CKPT, PaperLoop, episode_inputs, machine, open_run, seed0, variant_setup  # noqa: E402
 
-from ttt.evaluation import make_compiled, make_host_fns, run_host  # noqa: E402
+from ttt.evaluation import Elements, Shared, make_compiled, make_host_fns, run_host  # noqa: E402
 
 
 def compiled(setup, agents, data, env, eb, n_seeds):
     program = make_compiled(setup)
-    args = (agents, None, env, data, jnp.asarray(eb.seed_idx), eb.reset_keys, eb.ttt_keys, jnp.asarray(eb.task))
+    args = (Shared(agents, None, env, data), Elements(jnp.asarray(eb.seed_idx), eb.reset_keys, eb.ttt_keys,
+                                                      jnp.asarray(eb.task)))  # fmt: skip
     times = []
     for _ in range(2):
         t0 = time.perf_counter()
