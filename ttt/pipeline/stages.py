@@ -257,8 +257,7 @@ def evaluate_run(
 def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: BarFactory, echo: Echo,
                   envs: EnvCache, key: str, shared: Path | None, cached: list[str] | None) -> dict:  # fmt: skip
     """`evaluate_run`'s work, under its lock."""
-    run, ev = dict(plan.run), plan.eval
-    ckpt, meta = checkpoint.path, dict(checkpoint.meta)
+    ev, meta = plan.eval, dict(checkpoint.meta)
     record_path = out / "evals" / f"{file_name(plan.name, 'run name')}-{key}.json"
     if record_path.exists():
         record = read_json(record_path)
@@ -318,14 +317,7 @@ def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: B
                     progress=lambda d, n, base=done: b(base + d, total),
                     env=envs.get(setup.spec.env_id, setup.backend) if driver == "compiled" else None,
                 )
-                arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s),
-                              compute=np.asarray(json.dumps(compute_info(), sort_keys=True)))  # who ran this task
-                arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
-                if setup.spec.is_maze:  # trajectories for plots (xy, float16) and each episode's last observation
-                    arrays["xy"] = res.observations[..., :2].astype(np.float16)
-                    arrays["final_obs"] = res.observations[..., -1, :]
-                    arrays["start_xy"] = res.starts[..., :2]
-                    arrays["goal_xy"] = res.goals[..., :2]
+                arrays = _task_arrays(res, setup.spec.is_maze)
                 atomic_save_npz(f, arrays, compress=False)
                 fig = out / "figures" / f"{file_name(plan.name, 'run name')}.npz"
                 wanted = t == ev.tasks[0] or not all(fig.with_suffix(f".{o}.npz").exists()
@@ -338,36 +330,7 @@ def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: B
             per_task.append(part)
     cat = lambda k: np.concatenate([p[k] for p in per_task], axis=1)  # noqa: E731  (seeds, tasks, episodes, ...)
     success = cat("success")
-    rates = success.mean(axis=(1, 2))
-    compute = _compute(per_task, ev.tasks)
-    record = dict(
-        schema=SCHEMA,  # ttt.pipeline.records: no machine's paths
-        run=portable_run(run, plan.train.root.parent.parent),
-        checkpoint=checkpoint_ref(ckpt, plan.train.root.parent),  # the cache key, not this machine's path
-        checkpoint_step=meta["step"],
-        # the state's sha256 and the training data's digest: the same configuration pre-trained on another machine can
-        # differ (XLA's CPU code depends on the CPU), so rows compare as paired only on the same digests (ttt.stats)
-        checkpoint_sha256=checkpoint.digest,
-        dataset_hash=meta.get("dataset_hash"),
-        profile=meta.get("profile"),
-        rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
-        ttgs_path=None if setup.ttgs is None else setup.ttgs.path,  # what follows a path past max_hops
-        driver=driver,
-        device=compute["device"] if isinstance(compute, dict) else None,
-        compute=compute,  # the CPUs and XLA flags too: CPU records reproduce bit for bit only on equal ones
-        eval_key=key,
-        written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),  # which of two records is newer (no file times)
-        seeds=int(success.shape[0]),
-        n_episodes=int(success.size),
-        per_seed=rates.tolist(),
-        mean=float(rates.mean()),
-        se=mean_se(rates)[1] if len(rates) > 1 else None,  # JSON has no NaN: one seed, no s.e.
-        per_task=success.mean(axis=(0, 2)).tolist(),
-        success=success.astype(int).tolist(),
-        steps=cat("steps").tolist(),
-        wall_s=float(sum(float(p["wall_s"]) for p in per_task)),
-        rounds={k[6:]: nan_to_none(cat(k)) for k in per_task[0] if k.startswith("round_")},
-    )
+    record = _record(plan, checkpoint, setup, key, per_task, cat)
     if "xy" in per_task[0]:
         trajectories = dict(xy=cat("xy"), start=cat("start_xy"), goal=cat("goal_xy"), success=success,
                             steps=cat("steps"))  # fmt: skip
@@ -385,6 +348,57 @@ def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: B
     )
     return record
 
+
+def _record(plan: RunPlan, checkpoint: Checkpoint, setup, key: str, per_task: list[dict], cat) -> dict:
+    """A row's record from its tasks' parts (`cat(name)`: the parts' arrays joined over tasks): what ran, on what,
+    the per-seed rates, their mean and standard error (`ttt.stats.mean_se`), and every episode's success, steps and
+    round metrics."""
+    run, ev, meta = dict(plan.run), plan.eval, dict(checkpoint.meta)
+    success = cat("success")
+    rates = success.mean(axis=(1, 2))
+    compute = _compute(per_task, ev.tasks)
+    return dict(
+        schema=SCHEMA,  # ttt.pipeline.records: no machine's paths
+        run=portable_run(run, plan.train.root.parent.parent),
+        checkpoint=checkpoint_ref(checkpoint.path, plan.train.root.parent),  # the cache key, not this machine's path
+        checkpoint_step=meta["step"],
+        # the state's sha256 and the training data's digest: the same configuration pre-trained on another machine can
+        # differ (XLA's CPU code depends on the CPU), so rows compare as paired only on the same digests (ttt.stats)
+        checkpoint_sha256=checkpoint.digest,
+        dataset_hash=meta.get("dataset_hash"),
+        profile=meta.get("profile"),
+        rule_used=None if setup.ttt is None else setup.ttt.select.rule_used,
+        ttgs_path=None if setup.ttgs is None else setup.ttgs.path,  # what follows a path past max_hops
+        driver=ev.driver,
+        device=compute["device"] if isinstance(compute, dict) else None,
+        compute=compute,  # the CPUs and XLA flags too: CPU records reproduce bit for bit only on equal ones
+        eval_key=key,
+        written=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),  # which of two records is newer (no file times)
+        seeds=int(success.shape[0]),
+        n_episodes=int(success.size),
+        per_seed=rates.tolist(),
+        mean=float(rates.mean()),
+        se=mean_se(rates)[1] if len(rates) > 1 else None,  # JSON has no NaN: one seed, no s.e.
+        per_task=success.mean(axis=(0, 2)).tolist(),
+        success=success.astype(int).tolist(),
+        steps=cat("steps").tolist(),
+        wall_s=float(sum(float(p["wall_s"]) for p in per_task)),
+        rounds={k[6:]: nan_to_none(cat(k)) for k in per_task[0] if k.startswith("round_")},
+    )
+
+
+def _task_arrays(res, is_maze: bool) -> dict:
+    """One task's part: success, steps, the wall time and the compute that ran it, the round metrics, and on a maze
+    the trajectories for plots (xy, float16) and each episode's last observation."""
+    arrays = dict(success=res.success, steps=res.steps, wall_s=np.float64(res.wall_s),
+                  compute=np.asarray(json.dumps(compute_info(), sort_keys=True)))  # who ran this task
+    arrays.update({f"round_{k}": v for k, v in (res.rounds or {}).items()})
+    if is_maze:
+        arrays["xy"] = res.observations[..., :2].astype(np.float16)
+        arrays["final_obs"] = res.observations[..., -1, :]
+        arrays["start_xy"] = res.starts[..., :2]
+        arrays["goal_xy"] = res.goals[..., :2]
+    return arrays
 
 
 def _compute_of(part: dict) -> dict | None:
