@@ -267,7 +267,8 @@ def test_ttt_eval_compiled_equals_host(tmp_path, capsys):
     data = load(name, tmp_path)
     checkpoint = open_checkpoint(ck)
     ag = checkpoint.load().agent
-    ttt = TTTConfig(K=15, select=SelectConfig(q=0.5, mode="mc", eps_rel=3.0), finetune=FinetuneConfig(steps=2, lr=1e-3))
+    # A relevance radius of 20 m: the two dataset episodes are relevant from any start, so selections happen.
+    ttt = TTTConfig(K=15, select=SelectConfig(q=0.5, mode="mc", eps_rel=40), finetune=FinetuneConfig(steps=2, lr=1e-3))
     setup = EvalSetup(checkpoint.backbone, checkpoint.cfg, checkpoint.sampler, get_spec(name), ttt, max_steps=30)
     kw = dict(episodes=1, tasks=(1, 2), seed=0)
     comp = evaluate(setup, ag, data, driver="compiled", **kw)
@@ -281,3 +282,4 @@ def test_ttt_eval_compiled_equals_host(tmp_path, capsys):
     np.testing.assert_array_equal(comp.steps, host.steps)
     for k in ("active", "empty", "n_rel", "n_selected", "n_train_rows"):
         np.testing.assert_array_equal(comp.rounds[k], host.rounds[k], err_msg=k)
+    assert (comp.rounds["n_selected"] > 0).any()  # real selections were compared
