@@ -19,7 +19,7 @@ Read from OGBench's gymnasium env once per id on the host (``ogbench/locomaze/{m
   the exit from numpy's global RNG, here from a typed key carried in the state (as ``ttt.envs.pointmaze``).
 
 Only the 'mujoco' backend: MJX steps the ant maze 350-950x slower than C MuJoCo on CPU
-(``benchmarks/antmaze_physics.py``).
+(``benchmarks/speed/antmaze_physics.py``).
 """
 
 from __future__ import annotations
