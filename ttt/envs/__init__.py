@@ -55,7 +55,8 @@ MJX_ENVS: tuple[str, ...] = tuple(f"pointmaze-{m}-v0" for m in _MAZES)
 NO_MJX: dict[str, str] = {
     "cube-single-v0": "its mesh contacts are out of MJX's reach",
     **{
-        f"antmaze-{m}-v0": "MJX steps the ant maze 350-950x slower than C MuJoCo on CPU: benchmarks/speed/antmaze_physics.py"
+        f"antmaze-{m}-v0": "MJX steps the ant maze 350-950x slower than C MuJoCo on CPU: "
+        "benchmarks/speed/antmaze_physics.py"
         for m in _MAZES
     },
     **{
