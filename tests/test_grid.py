@@ -151,11 +151,12 @@ def test_a_base_setup_takes_only_temperature_and_user_names_must_not_shadow_sett
 
 
 def test_traced_mix_draws_the_rows_of_the_static_split():
+    from ttt.finetune import sample_ttt_rows
     from ttt.hparams import n_uniform
 
     w = jnp.zeros(DATA.n_rows, jnp.int32).at[jnp.arange(5, 40)].set(1)
     key = jax.random.key(3)
     for mix in (0.0, 0.3, 0.5, 1.0):
-        static = select.sample_ttt_rows(key, w, 16, mix, DATA)
-        traced = jax.jit(lambda m: select.sample_ttt_rows(key, w, 16, 0.0, DATA, m))(n_uniform(16, mix))
+        static = sample_ttt_rows(key, w, 16, mix, DATA)
+        traced = jax.jit(lambda m: sample_ttt_rows(key, w, 16, 0.0, DATA, m))(n_uniform(16, mix))
         np.testing.assert_array_equal(static, traced)

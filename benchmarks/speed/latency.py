@@ -11,7 +11,7 @@ FLOPs do not depend on the weights). Every piece is jitted alone, run once to co
 (median, `block_until_ready`):
 - value pass: V(s_j, g*) for every row (`episode.dataset_values`, 4096 rows per chunk) + precompute tables
   (critic mode), once per episode; and the critic-free precompute;
-- selection: relevance + percentile filter + training weights (`select.select_round`), once per round;
+- selection: relevance + percentile filter + training weights (`select.round_weights`), once per round;
 - weight table: the round's cumulative weights, once per round;
 - batch draw and update (`finetune.make_ttt_step`), N times per round;
 - act (one action) and env step (in-program PointMaze, C MuJoCo callback), L times per episode.
