@@ -9,7 +9,7 @@ from pathlib import Path
 from ttt.graph import TTGSConfig
 from ttt.pipeline.keys import record_ttgs_path
 
-from .records import ROOT
+from .paths import ROOT
 
 # Run keys left out of the reconstructed command: those that do not change a record's numbers (labels, chunking), and
 # `expert`, a file path whose format may change under the record (the data it generated are known by their digest).

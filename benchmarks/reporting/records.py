@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
+from .paths import ROOT  # (re-exported: callers read records.ROOT)
+
 RES = ROOT / "benchmarks" / "results"
 
 _PIPE = re.compile(r"^(?P<out>[\w./+-]+):(?P<run>[\w.+-]+)@(?P<key>[0-9a-f]{12})$")
