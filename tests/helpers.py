@@ -3,7 +3,9 @@ two programs that must compute the same values."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 
 import numpy as np
 
@@ -24,6 +26,7 @@ def assert_same_values(x, y, err_msg: str = "") -> None:
         np.testing.assert_array_equal(x, y, err_msg=err_msg)
     else:
         np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=err_msg)
+
 
 STITCH = "pointmaze-medium-stitch-v0"
 TINY = ["--set", "actor_hidden_dims=[8,8]", "--set", "value_hidden_dims=[8,8]", "--set", "batch_size=8"]
@@ -58,3 +61,18 @@ def select_round(key, tables, data, state_xy, cfg, goal_eps, row_values=None, *,
                   row_values=row_values, tables=tables)  # fmt: skip
     return round_weights(ctx)
 
+
+@contextlib.contextmanager
+def within(seconds: float):
+    """Fail (TimeoutError) when the block runs longer than `seconds` (SIGALRM; the main thread)."""
+
+    def _alarm(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -10,18 +10,16 @@ the user wrote never replaced by a checkpoint's. The property tests that mutate 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import json
 import os
 import pickle
-import signal
 import zipfile
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import STITCH, one_line_error, run
+from helpers import STITCH, one_line_error, run, within
 
 from ttt import safe_pickle
 from ttt.checkpoint import init_state, open_checkpoint, read_meta, save_checkpoint
@@ -33,20 +31,6 @@ from ttt.presets import make_configs
 _RECONSTRUCT = np._core.multiarray._reconstruct
 
 
-@contextlib.contextmanager
-def within(seconds: float):
-    """Fail (TimeoutError) when the block runs longer than `seconds` (SIGALRM; the main thread)."""
-
-    def _alarm(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 class _R:

@@ -5,16 +5,14 @@ written (docs/security.md). Sized to run in seconds (derandomized: the same exam
 
 from __future__ import annotations
 
-import contextlib
 import json
 import pickle
-import signal
 import tracemalloc
 
 import jax
 import numpy as np
 import pytest
-from helpers import STITCH, one_line_error, run
+from helpers import STITCH, one_line_error, run, within
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,18 +27,6 @@ FAST = settings(max_examples=40, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
 
 
-@contextlib.contextmanager
-def within(seconds: float):
-    def _alarm(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 MUTATION = st.one_of(
