@@ -4,12 +4,13 @@ Agents (the names `ttt pretrain --agent` takes):
 
 - `gcbc`: GC-BC, with a GCIVL-style value trained beside the actor for GC-TTT's selection ("GC-BC + TTT
   with critic"); the actor never sees it, so base and critic-free runs use the same checkpoint.
-- `gciql`: GC-IQL with DDPG+BC policy extraction (alpha: pointmaze 0.003, cube 1.0).
+- `gciql`: GC-IQL with DDPG+BC policy extraction (alpha: pointmaze 0.003, antmaze 0.3, humanoidmaze 0.1, cube 1.0).
 - `gciql-awr`: GC-IQL with AWR policy extraction (alpha 10).
-- `saw`: SAW (policy bootstrapping from subgoal-conditioned policies), when registered.
-- `qrl`: QRL (IQE quasimetric; DDPG+BC alpha pointmaze 0.0003, cube 0.3).
+- `saw`: SAW (policy bootstrapping from subgoal-conditioned policies; humanoidmaze subgoal_steps 100).
+- `qrl`: QRL (IQE quasimetric; DDPG+BC alpha pointmaze 0.0003, humanoidmaze 0.001, cube 0.3).
 
-On the giant mazes every agent with a discount trains at 0.995, as OGBench's tuned commands do (`GIANT_DISCOUNT`).
+On the giant mazes and on every humanoid maze every agent with a discount trains at 0.995, as OGBench's tuned commands
+do (`GIANT_DISCOUNT`, `LONG_HORIZON_FAMILIES`).
 Goal sampling follows each OGBench agent's defaults; on stitch datasets OGBench's tuned commands set the actor
 goals to half trajectory, half random for every agent but GC-BC (`impls/hyperparameters.sh`).
 
@@ -83,11 +84,29 @@ FAMILY_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("qrl", "pointmaze"): {"alpha": 0.0003},
     ("qrl", "cube"): {"alpha": 0.3},
     ("saw", "cube"): {"expectile": 0.9, "subgoal_steps": 10, "kl_alpha": 0.3},
+    # humanoidmaze (medium, large, giant alike). GC-IQL (DDPG+BC) alpha 0.1 and QRL alpha 0.001: OGBench
+    # impls/hyperparameters.sh, "humanoidmaze-*-{navigate,stitch}-v0 (GCIQL)" / "(QRL)" lines (`--agent.alpha=0.1`,
+    # `--agent.alpha=0.001`); the GC-TTT authors' humanoidmaze sweep pre-trains GC-IQL with the same alpha 0.1
+    # (github.com/antoniomari/meta-gc-rl, grids/humanoidmaze.yaml).
+    ("gciql", "humanoidmaze"): {"alpha": 0.1},
+    ("qrl", "humanoidmaze"): {"alpha": 0.001},
+    # SAW subgoal_steps 100: SAW's commands (humanoidmaze-*-navigate-v0: `--agent.discount=0.995
+    # --agent.subgoal_steps=100`, the "SAW commands" of meta-gc-rl's hyperparameters.sh) and the GC-TTT authors' SAW
+    # sweep
+    # (meta-gc-rl grids/saw.yaml, humanoidmaze-medium-{navigate,stitch}-v0: expectile 0.7, kl_alpha 3.0, discount 0.995,
+    # subgoal_steps 100; expectile and kl_alpha are saw.Config's defaults). The discount comes from the rule below.
+    ("saw", "humanoidmaze"): {"subgoal_steps": 100},
 }
 
 # OGBench's tuned commands train every value-based agent on the giant mazes with discount 0.995 (GCIVL, GCIQL, QRL,
 # CRL, HIQL; TTGS's commands and SAW's paper too); GC-BC's actor has no discount, its critic is GCIVL's.
 GIANT_DISCOUNT = 0.995
+# ... and on every humanoid maze (medium, large, giant; `--agent.discount=0.995` on each humanoidmaze GCIVL, GCIQL,
+# QRL, CRL and HIQL line of OGBench's impls/hyperparameters.sh; SAW's humanoidmaze commands and the GC-TTT authors'
+# GC-IQL and SAW humanoidmaze sweeps too). GC-BC's critic follows GCIVL's 0.995; the GC-TTT authors' own GC-BC sweep
+# (meta-gc-rl grids/humanoidmaze.yaml, the `bc` rows) kept a GC-IQL critic at its default 0.99 instead: set
+# `agent_config = { discount = 0.99 }` on a gcbc row for a critic at that discount.
+LONG_HORIZON_FAMILIES = ("humanoidmaze",)
 
 
 def get_profile(name: str) -> Profile:
@@ -180,7 +199,7 @@ def agent_configs(agent: str, spec: DatasetSpec, profile: str, overrides: dict[s
     values.update(dict(preset.overrides))
     if preset.name != "gciql-awr":
         values.update(FAMILY_OVERRIDES.get((preset.backbone, spec.family), {}))
-    if spec.is_maze and spec.maze_type == "giant" and "discount" in fields:
+    if "discount" in fields and (spec.family in LONG_HORIZON_FAMILIES or (spec.is_maze and spec.maze_type == "giant")):
         values["discount"] = GIANT_DISCOUNT
     values.update(overrides or {})
     unknown = sorted(set(values) - fields)
