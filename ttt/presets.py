@@ -92,9 +92,8 @@ FAMILY_OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("qrl", "humanoidmaze"): {"alpha": 0.001},
     # SAW subgoal_steps 100: SAW's commands (humanoidmaze-*-navigate-v0: `--agent.discount=0.995
     # --agent.subgoal_steps=100`, the "SAW commands" of meta-gc-rl's hyperparameters.sh) and the GC-TTT authors' SAW
-    # sweep
-    # (meta-gc-rl grids/saw.yaml, humanoidmaze-medium-{navigate,stitch}-v0: expectile 0.7, kl_alpha 3.0, discount 0.995,
-    # subgoal_steps 100; expectile and kl_alpha are saw.Config's defaults). The discount comes from the rule below.
+    # sweep (meta-gc-rl grids/saw.yaml, humanoidmaze-medium-{navigate,stitch}-v0: expectile 0.7, kl_alpha 3.0, discount
+    # 0.995, subgoal_steps 100; expectile and kl_alpha are saw.Config's defaults). The discount: the rule below.
     ("saw", "humanoidmaze"): {"subgoal_steps": 100},
 }
 
