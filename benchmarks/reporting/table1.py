@@ -168,15 +168,17 @@ def commands(decl: dict) -> str:
 
 
 def tally(decl: dict) -> str:
-    """How many lines carry each verdict word (the modified lines apart), and which lines are not run yet."""
+    """How many lines carry each verdict word (the modified lines apart), and, in a paragraph of its own, which lines
+    are not run yet, by environment and dataset (``env data (backbone / backbone)``)."""
     counts: dict[str, int] = {}
-    missing = []
+    missing: dict[str, list[str]] = {}
     for ln in decl["lines"]:
         base, critic, _ = _records(ln)
         sc = score(ln, base, critic)
         if sc is None:
-            missing.append(f"{ln['env']} {ln['data']} {ln['backbone']}")
+            missing.setdefault(f"{ln['env']} {ln['data']}", []).append(ln["backbone"])
             continue
         counts[sc[2].word] = counts.get(sc[2].word, 0) + 1
     words = "; ".join(f"{stats.MARKS[w]} {w}: {counts[w]}" for w in stats.WORDS if w in counts)
-    return f"Lines by verdict: {words}." + (f" Not run yet: {', '.join(missing)}." if missing else "")
+    lines = "; ".join(f"{where} ({' / '.join(backbones)})" for where, backbones in missing.items())
+    return f"Lines by verdict: {words}." + (f"\n\nNot run yet: {lines}." if missing else "")
