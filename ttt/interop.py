@@ -7,11 +7,13 @@ agent's `ModuleDict` (Flax names: `Dense_i` / `LayerNorm_i` inside each MLP, an 
 leading axis, a `kernel` stored `(in, out)` as ours) and `opt_state` optax's Adam state `{'0': {'count', 'mu',
 'nu'}, '1': {}}` over the same tree.
 
-The mapping between that tree and a `ttt` agent is declared once per backbone (`_paths`): a list of (Flax key
-path, where the leaf lives in the `ttt` agent). Import reads the network sizes from the parameter shapes, takes
-every other setting from `settings` (the reference's `get_config()` names) over the reference's defaults, and
-writes an ordinary `ttt` checkpoint; export writes the pickle the reference's `restore_agent` reads. Import of an
-export gives back the same arrays bit for bit. The pickle is read with `ttt.safe_pickle` (nothing in it runs).
+What is particular to one agent is declared beside it, in its own module (`ttt.agents.gcbc.OGBENCH`, ...: an
+`OgbenchLayout` of its networks, where each Flax leaf lives in the `ttt` agent, the config fields its shapes tell,
+the reference's `get_config()` defaults; docs/extending.md); this module reads and writes any of them alike.
+Import reads the network sizes from the parameter shapes, takes every other setting from `settings` (the
+reference's `get_config()` names) over the reference's defaults, and writes an ordinary `ttt` checkpoint; export
+writes the pickle the reference's `restore_agent` reads. Import of an export gives back the same arrays bit for
+bit. The pickle is read with `ttt.safe_pickle` (nothing in it runs).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import pickle
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,8 @@ import numpy as np
 import optax
 
 from ttt import safe_pickle
+from ttt.agents import OGBENCH_LAYOUTS, OgbenchLayout
+from ttt.agents.ogbench_layout import get_path, kernel, number_array, widths
 from ttt.checkpoint import (
     Checkpoint,
     TrainState,
@@ -48,28 +52,8 @@ from ttt.presets import AGENTS, agent_backbone, check_config_value
 from ttt.safe_files import show
 from ttt.storage import file_sha256, writable_dir
 
-AGENTS_SUPPORTED = ("gcbc", "gciql", "qrl", "saw")
+AGENTS_SUPPORTED = tuple(OGBENCH_LAYOUTS)
 """`--agent` names: OGBench's gcbc, gciql (DDPG+BC or AWR: `actor_loss`), qrl (IQE), the authors' saw."""
-
-NETWORKS: dict[str, frozenset[str]] = {
-    "gcbc": frozenset({"actor"}),
-    "gciql": frozenset({"actor", "value", "critic", "target_critic"}),
-    "qrl": frozenset({"actor", "value", "lam", "dynamics"}),
-    "saw": frozenset({"actor", "low_actor", "value", "target_value", "goal_rep", "actor_goal_rep_def"}),
-}
-"""The `modules_<name>` networks each reference agent saves (QRL with AWR has no `dynamics`)."""
-
-REFERENCE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gcbc": dict(lr=3e-4, batch_size=1024, discount=0.99, const_std=True),
-    "gciql": dict(lr=3e-4, batch_size=1024, discount=0.99, tau=0.005, expectile=0.9, actor_loss="ddpgbc", alpha=0.3,
-                  const_std=True),
-    "qrl": dict(lr=3e-4, batch_size=1024, discount=0.99, eps=0.05, actor_loss="ddpgbc", alpha=0.003, const_std=True,
-                dim_per_component=8),
-    "saw": dict(lr=3e-4, batch_size=1024, discount=0.99, tau=0.005, expectile=0.7, low_alpha=3.0, awr_alpha=3.0,
-                kl_alpha=3.0, subgoal_steps=25, const_std=True),
-}  # fmt: skip
-"""The reference's `get_config()` values for what the parameters cannot tell (`impls/agents/*.py`, the authors'
-`agents/saw.py`)."""
 
 SAMPLER_KEYS = ("value_p_curgoal", "value_p_trajgoal", "value_p_randomgoal", "value_geom_sample", "actor_p_curgoal",
                 "actor_p_trajgoal", "actor_p_randomgoal", "actor_geom_sample", "gc_negative")  # fmt: skip
@@ -85,81 +69,12 @@ ShapeTree = dict[str, Any]
 # ------------------------------------------------------------------------------------------------ leaf mapping
 
 
-Where = Callable[[Any], Any]
-
-
-def _mlp(prefix: tuple[str, ...], get: Where, n_layers: int, n_norms: int) -> list[tuple[tuple[str, ...], Where]]:
-    out = []
-    for i in range(n_layers):
-        out.append(((*prefix, f"Dense_{i}", "kernel"), lambda a, i=i: get(a).layers[i].weight))
-        out.append(((*prefix, f"Dense_{i}", "bias"), lambda a, i=i: get(a).layers[i].bias))
-    for j in range(n_norms):
-        out.append(((*prefix, f"LayerNorm_{j}", "scale"), lambda a, j=j: get(a).norms[j].scale))
-        out.append(((*prefix, f"LayerNorm_{j}", "bias"), lambda a, j=j: get(a).norms[j].bias))
-    return out
-
-
-def _mlp_of(net: Any, prefix: tuple[str, ...], get: Where) -> list[tuple[tuple[str, ...], Where]]:
-    return _mlp(prefix, get, len(net.layers), len(net.norms))
-
-
-def _actor(actor: Any, prefix: tuple[str, ...], get: Where) -> list[tuple[tuple[str, ...], Where]]:
-    """OGBench's `GCActor`: `actor_net` (the trunk), `mean_net`, and `log_stds` when the std is learned."""
-    out = _mlp_of(actor.trunk, (*prefix, "actor_net"), lambda a: get(a).trunk)
-    out.append(((*prefix, "mean_net", "kernel"), lambda a: get(a).mean_head.weight))
-    out.append(((*prefix, "mean_net", "bias"), lambda a: get(a).mean_head.bias))
-    if actor.log_stds is not None:
-        out.append(((*prefix, "log_stds"), lambda a: get(a).log_stds))
-    return out
-
-
-def _paths(backbone: str, agent: Any) -> list[tuple[tuple[str, ...], Where]]:
-    """Every parameter of a `ttt` agent as (its Flax key path under `params`, where it lives in the agent)."""
-    if backbone == "gcbc":
-        return _actor(agent.actor, ("modules_actor",), lambda a: a.actor)
-    if backbone == "gciql":
-        return [
-            *_actor(agent.actor, ("modules_actor",), lambda a: a.actor),
-            *_mlp_of(agent.value.net, ("modules_value", "value_net"), lambda a: a.value.net),
-            *_mlp_of(agent.critic.net, ("modules_critic", "value_net"), lambda a: a.critic.net),
-            *_mlp_of(agent.target_critic.net, ("modules_target_critic", "value_net"), lambda a: a.target_critic.net),
-        ]
-    if backbone == "qrl":
-        out = [
-            *_actor(agent.actor, ("modules_actor",), lambda a: a.actor),
-            *_mlp_of(agent.value.phi, ("modules_value", "phi"), lambda a: a.value.phi),
-            (("modules_value", "alpha", "value"), lambda a: a.value.alpha_logit),
-            (("modules_lam", "log_value"), lambda a: a.log_lam),
-        ]
-        if agent.dynamics is not None:
-            out += _mlp_of(agent.dynamics, ("modules_dynamics",), lambda a: a.dynamics)
-        return out
-    if backbone == "saw":
-        return _saw_paths(agent)
-    raise TttError(f"no OGBench format for backbone {backbone!r}; supported: {', '.join(AGENTS_SUPPORTED)}")
-
-
-def _saw_paths(agent: Any) -> list[tuple[tuple[str, ...], Where]]:
-    """The authors' SAW (`agents/saw.py`, `share_goal_rep=False`): the value's goal representation `phi_v` is one
-    module, `modules_goal_rep` (an `nn.Sequential` whose MLP is `layers_0`), that the value and the target value
-    both read; `modules_value` / `modules_target_value` hold the twin heads; the flat actor's own representation is
-    `modules_actor_goal_rep_def`; the low actor is a plain `GCActor`."""
-    return [
-        *_mlp_of(agent.value.goal_rep.net, ("modules_goal_rep", "layers_0"), lambda a: a.value.goal_rep.net),
-        *_mlp_of(agent.value.heads.net, ("modules_value", "value_net"), lambda a: a.value.heads.net),
-        *_mlp_of(agent.target_value.net, ("modules_target_value", "value_net"), lambda a: a.target_value.net),
-        *_mlp_of(agent.actor.goal_rep.net, ("modules_actor_goal_rep_def", "layers_0"), lambda a: a.actor.goal_rep.net),
-        *_actor(agent.actor.policy, ("modules_actor",), lambda a: a.actor.policy),
-        *_actor(agent.low_actor, ("modules_low_actor",), lambda a: a.low_actor),
-    ]
-
-
-def _get(tree: ShapeTree, path: tuple[str, ...]) -> Any:
-    for k in path:
-        if not isinstance(tree, dict) or k not in tree:
-            return None
-        tree = tree[k]
-    return tree
+def _layout(backbone: str) -> OgbenchLayout:
+    """The OGBench layout its agent module declares for `backbone`."""
+    layout = OGBENCH_LAYOUTS.get(backbone)
+    if layout is None:
+        raise TttError(f"no OGBench format for backbone {backbone!r}; supported: {', '.join(AGENTS_SUPPORTED)}")
+    return layout
 
 
 def _put(tree: ShapeTree, path: tuple[str, ...], value: Any) -> None:
@@ -185,17 +100,6 @@ def _name(path: tuple[str, ...]) -> str:
     return show("/".join(path))
 
 
-def _number_array(x: Any, where: str, name: str) -> np.ndarray:
-    """A parameter leaf: a NumPy array of real numbers (the safe loader builds only plain dtypes; a list, string,
-    bool or None is refused here, naming the leaf)."""
-    if isinstance(x, np.generic):
-        x = np.asarray(x)
-    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
-        kind = f"dtype {x.dtype}" if isinstance(x, np.ndarray) else type(x).__name__
-        raise TttError(f"{where}: {name} is not an array of real numbers ({kind})")
-    return x
-
-
 def _count(x: Any, where: str, name: str) -> int:
     """An update count from the file: an integer (Python's or a 0-d NumPy integer) in [0, 2**31 - 2]."""
     if isinstance(x, np.ndarray) and x.ndim == 0:
@@ -211,7 +115,7 @@ def _count(x: Any, where: str, name: str) -> int:
 def to_flax(backbone: str, agent: Any) -> ShapeTree:
     """The `params` tree (nested dicts of NumPy arrays) the reference agent holds for `agent` (one seed)."""
     out: ShapeTree = {}
-    for path, where in _paths(backbone, agent):
+    for path, where in _layout(backbone).leaves(agent):
         _put(out, path, np.asarray(where(agent)))
     return out
 
@@ -219,15 +123,15 @@ def to_flax(backbone: str, agent: Any) -> ShapeTree:
 def from_flax(backbone: str, template: Any, params: ShapeTree, where_from: str) -> Any:
     """`template` (a `ttt` agent, or its shape) with every parameter taken from the Flax tree `params`; a missing
     leaf or a shape that differs is one line naming it; a leaf of `params` that nothing takes is refused too."""
-    paths = _paths(backbone, template)
+    paths = _layout(backbone).leaves(template)
     values = []
     for path, where in paths:
-        got = _get(params, path)
+        got = get_path(params, path)
         want = where(template)
         name = _name(path)
         if got is None:
             raise TttError(f"{where_from}: the state dict has no {name} (a {backbone} agent of these sizes has it)")
-        got = _number_array(got, where_from, name)
+        got = number_array(got, where_from, name)
         if tuple(got.shape) != tuple(want.shape):
             raise TttError(f"{where_from}: {name} has shape {tuple(got.shape)}, expected {tuple(want.shape)} (the "
                            "networks' sizes disagree)")  # fmt: skip
@@ -240,30 +144,6 @@ def from_flax(backbone: str, template: Any, params: ShapeTree, where_from: str) 
 
 
 # ------------------------------------------------------------------------------------------- sizes from shapes
-
-
-def _kernel(tree: Any, path: tuple[str, ...], where: str, name: str) -> np.ndarray:
-    """A Dense layer's kernel: a matrix (an ensemble's: stacked on a leading axis) of real numbers, no side 0."""
-    k = _get(tree, path)
-    full = f"{name}/{'/'.join(path)}"
-    if k is None:
-        raise TttError(f"{where}: {full} is missing")
-    k = _number_array(k, where, full)
-    if k.ndim < 2 or 0 in k.shape:
-        raise TttError(f"{where}: {full} is not a matrix (shape {k.shape[:8]})")
-    return k
-
-
-def _widths(mlp: Any, where: str, name: str) -> tuple[tuple[int, ...], int, bool]:
-    """(out widths of Dense_0.., in width, has LayerNorm) of a Flax MLP dict."""
-    if not isinstance(mlp, dict) or "Dense_0" not in mlp:
-        raise TttError(f"{where}: {name} is not an MLP (no Dense_0)")
-    widths, i = [], 0
-    while f"Dense_{i}" in mlp:
-        widths.append(int(_kernel(mlp, (f"Dense_{i}", "kernel"), where, name).shape[-1]))
-        i += 1
-    first = _kernel(mlp, ("Dense_0", "kernel"), where, name)
-    return tuple(widths), int(first.shape[-2]), "LayerNorm_0" in mlp
 
 
 def _check_continuous(params: ShapeTree, where: str) -> None:
@@ -282,54 +162,16 @@ def _check_continuous(params: ShapeTree, where: str) -> None:
 
 def infer_sizes(agent: str, params: ShapeTree, where: str) -> dict[str, Any]:
     """The config fields the parameter shapes determine (hidden dims, layer norm, const std, latent size), plus
-    `obs_dim` / `action_dim`; networks whose widths must agree and do not are one line naming both."""
+    `obs_dim` / `action_dim`: the actor's read here, the rest by the agent's layout (`OgbenchLayout.sizes`);
+    networks whose widths must agree and do not are one line naming both."""
     actor = params.get("modules_actor")
     if not isinstance(actor, dict) or "actor_net" not in actor:
         raise TttError(f"{where}: modules_actor is not OGBench's GCActor (no actor_net)")
     _check_continuous(params, where)
-    actor_dims, actor_in, _ = _widths(actor["actor_net"], where, "modules_actor/actor_net")
-    action_dim = int(_kernel(actor, ("mean_net", "kernel"), where, "modules_actor").shape[-1])
+    actor_dims, actor_in, _ = widths(actor["actor_net"], where, "modules_actor/actor_net")
+    action_dim = int(kernel(actor, ("mean_net", "kernel"), where, "modules_actor").shape[-1])
     out: dict[str, Any] = dict(actor_hidden_dims=actor_dims, const_std="log_stds" not in actor, action_dim=action_dim)
-    if agent in ("gcbc", "gciql", "qrl"):
-        if actor_in % 2:
-            raise TttError(f"{where}: the actor's input width {actor_in} is not observation + goal of equal size")
-        out["obs_dim"] = actor_in // 2
-    if agent == "gciql":
-        v_dims, v_in, v_ln = _widths(_get(params, ("modules_value", "value_net")), where, "modules_value")
-        q_dims, q_in, q_ln = _widths(_get(params, ("modules_critic", "value_net")), where, "modules_critic")
-        if v_dims != q_dims or v_ln != q_ln:
-            raise TttError(f"{where}: the value's hidden widths {v_dims[:-1]} (layer norm {v_ln}) and the critic's "
-                           f"{q_dims[:-1]} (layer norm {q_ln}) disagree; the reference builds both from "
-                           "value_hidden_dims")  # fmt: skip
-        if v_in != 2 * out["obs_dim"] or q_in != v_in + action_dim:
-            raise TttError(f"{where}: the value's input width {v_in} / critic's {q_in} do not fit observation "
-                           f"{out['obs_dim']} and action {action_dim}")  # fmt: skip
-        out.update(value_hidden_dims=v_dims[:-1], layer_norm=v_ln)
-    elif agent == "qrl":
-        p_dims, p_in, p_ln = _widths(_get(params, ("modules_value", "phi")), where, "modules_value/phi")
-        out.update(value_hidden_dims=p_dims[:-1], latent_dim=p_dims[-1], layer_norm=p_ln)
-        if p_in != out["obs_dim"]:
-            raise TttError(f"{where}: the value's input width {p_in} is not the observation size {out['obs_dim']}")
-        dyn = params.get("modules_dynamics")
-        if dyn is not None:
-            d_dims, _, d_ln = _widths(dyn, where, "modules_dynamics")
-            if d_dims != p_dims or d_ln != p_ln:
-                raise TttError(f"{where}: the dynamics widths {d_dims} and the value's {p_dims} disagree; the "
-                               "reference builds both from value_hidden_dims and latent_dim")  # fmt: skip
-        out["actor_loss"] = "ddpgbc" if dyn is not None else "awr"
-    elif agent == "saw":
-        rep = _get(params, ("modules_goal_rep", "layers_0"))
-        r_dims, r_in, r_ln = _widths(rep, where, "modules_goal_rep")
-        v_dims, _, _ = _widths(_get(params, ("modules_value", "value_net")), where, "modules_value")
-        low = _get(params, ("modules_low_actor", "actor_net"))
-        low_dims, _, _ = _widths(low, where, "modules_low_actor/actor_net")
-        if r_dims[:-1] != v_dims[:-1]:
-            raise TttError(f"{where}: the goal representation's widths {r_dims[:-1]} and the value's {v_dims[:-1]} "
-                           "disagree; the reference builds both from value_hidden_dims")  # fmt: skip
-        if r_in % 2:
-            raise TttError(f"{where}: the goal representation's input width {r_in} is not observation + goal")
-        out.update(obs_dim=r_in // 2, value_hidden_dims=v_dims[:-1], rep_dim=r_dims[-1], layer_norm=r_ln,
-                   low_actor_hidden_dims=low_dims)  # fmt: skip
+    out.update(_layout(agent).sizes(params, where, actor_in, action_dim))
     return out
 
 
@@ -371,16 +213,17 @@ def _keys(d: dict) -> str:
 
 
 def _which_agent(modules: set[str]) -> str | None:
-    for name, nets in NETWORKS.items():
-        if modules == nets or (name == "qrl" and modules == nets - {"dynamics"}):
+    for name, layout in OGBENCH_LAYOUTS.items():
+        if modules in (layout.networks, layout.networks - layout.optional):
             return name
     return None
 
 
 def _check_networks(agent: str, src: Source) -> None:
     modules = {str(k)[len("modules_"):] for k in src.params if str(k).startswith("modules_")}
-    want = NETWORKS[agent] - ({"dynamics"} if agent == "qrl" else set())
-    if want <= modules <= NETWORKS[agent] and set(src.params) == {f"modules_{m}" for m in modules}:
+    nets = _layout(agent).networks
+    want = nets - _layout(agent).optional
+    if want <= modules <= nets and set(src.params) == {f"modules_{m}" for m in modules}:
         return
     other = _which_agent(modules)
     if other is not None and other != agent:
@@ -391,10 +234,10 @@ def _check_networks(agent: str, src: Source) -> None:
     if missing:
         raise TttError(f"{show(str(src.path), 300)}: the state dict lacks network(s) {', '.join(missing)} (a {agent} "
                        f"agent has "
-                       f"{', '.join(sorted(NETWORKS[agent]))})")  # fmt: skip
-    extra = sorted(map(str, set(src.params) - {f"modules_{m}" for m in NETWORKS[agent]}))
+                       f"{', '.join(sorted(nets))})")  # fmt: skip
+    extra = sorted(map(str, set(src.params) - {f"modules_{m}" for m in nets}))
     raise TttError(f"{show(str(src.path), 300)}: unexpected entries {_keys(dict.fromkeys(extra))} in params; a {agent} "
-                   f"agent has {', '.join(sorted(NETWORKS[agent]))}")  # fmt: skip
+                   f"agent has {', '.join(sorted(nets))}")  # fmt: skip
 
 
 def _check_unsupported(settings: dict[str, Any]) -> None:
@@ -407,29 +250,29 @@ def _check_unsupported(settings: dict[str, Any]) -> None:
             raise TttError(f"{k}={show(repr(settings[k]), 60)} is not supported: ttt imports {what}")
 
 
-def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) -> tuple[str, Any, SamplerConfig]:
+def imported_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) -> tuple[str, Any, SamplerConfig]:
     """(preset name, backbone Config, SamplerConfig) of an imported agent: sizes from the shapes, the rest from
-    `settings` over the reference's defaults. A setting that contradicts the shapes, or that ttt does not know,
-    is one line naming it and what is valid."""
+    `settings` over the reference's defaults (the agent's `OgbenchLayout.config`). A setting that contradicts the
+    shapes, or that ttt does not know, is one line naming it and what is valid."""
+    layout = _layout(agent)
     backbone = agent_backbone(agent)
     fields = {f.name: str(f.type) for f in dataclasses.fields(backbone.Config)}
     settings = dict(settings)
     _check_unsupported(settings)
     for k in IGNORED_KEYS:
         settings.pop(k, None)
-    if agent == "saw" and settings.get("actor_loss", "default") == "default":
-        settings.pop("actor_loss", None)  # the reference SAW's only actor loss
+    for k, v in layout.dropped.items():
+        if settings.get(k, v) == v:
+            settings.pop(k, None)
     geom_discount = settings.pop("actor_geom_discount", None)  # the authors' fork: the actor goals' own discount
     if geom_discount is not None and settings.get("actor_geom_sample") and geom_discount != settings.get(
-        "discount", REFERENCE_DEFAULTS[agent]["discount"]
+        "discount", layout.config["discount"]
     ):
         raise TttError(f"actor_geom_discount={geom_discount} differs from discount: ttt samples geometric actor goals "
                        "with the discount")  # fmt: skip
     shape_keys = {k for k in sizes if k in fields}
-    values: dict[str, Any] = dict(REFERENCE_DEFAULTS[agent])
+    values: dict[str, Any] = dict(layout.config)
     values.update({k: v for k, v in sizes.items() if k in fields})
-    if agent == "gcbc":
-        values["with_critic"] = False
     sampler_set = {k: settings.pop(k) for k in list(settings) if k in SAMPLER_KEYS}
     unknown = sorted(set(settings) - set(fields) - {"value_hidden_dims", "low_actor_hidden_dims"})
     if unknown:
@@ -441,15 +284,17 @@ def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) ->
         v = check_config_value(agent, k, fields[k], v)
         if k in shape_keys and v != values[k]:
             raise TttError(f"setting {k}={v!r} contradicts the checkpoint's parameters, which say {values[k]!r}")
-        if k == "actor_loss" and agent == "qrl" and v != values[k]:
-            raise TttError(f"actor_loss={v!r} contradicts the checkpoint: QRL's DDPG+BC has a dynamics network, AWR "
-                           "none")  # fmt: skip
         values[k] = v
     try:
         cfg = backbone.Config(**values)
     except (TypeError, ValueError) as e:
         raise TttError(f"{agent} config: {e}") from None
-    preset = "gciql-awr" if agent == "gciql" and cfg.actor_loss == "awr" else agent
+    preset = layout.preset_of(cfg)
+    return preset, cfg, _sampler_config(preset, cfg, sampler_set)
+
+
+def _sampler_config(preset: str, cfg: Any, sampler_set: dict[str, Any]) -> SamplerConfig:
+    """The goal sampling of an imported agent: the settings named (`SAMPLER_KEYS`) over the preset's."""
     p = AGENTS[preset]
     d = dict(value_p_curgoal=p.value_mix.p_cur, value_p_trajgoal=p.value_mix.p_traj,
              value_p_randomgoal=p.value_mix.p_rand, value_geom_sample=p.value_mix.geom, actor_p_curgoal=0.0,
@@ -457,7 +302,7 @@ def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) ->
              gc_negative=p.gc_negative)  # fmt: skip
     d.update(sampler_set)
     try:
-        sampler = SamplerConfig(
+        return SamplerConfig(
             batch_size=cfg.batch_size,
             discount=getattr(cfg, "discount", 0.99),
             value=GoalMix(float(d["value_p_curgoal"]), float(d["value_p_trajgoal"]), float(d["value_p_randomgoal"]),
@@ -468,7 +313,6 @@ def make_configs(agent: str, sizes: dict[str, Any], settings: dict[str, Any]) ->
         )  # fmt: skip
     except (TypeError, ValueError) as e:
         raise TttError(f"sampler settings: {e}") from None
-    return preset, cfg, sampler
 
 
 def _opt_from_flax(backbone: str, template: TrainState, opt: Any, where: str, count_default: int) -> Any:
@@ -506,7 +350,7 @@ def reference_states(
             raise TttError(f"{s.path}: its networks' sizes differ from {sources[0].path}'s; seeds stacked in one "
                            "checkpoint must share one architecture")  # fmt: skip
     obs_dim, action_dim = sizes[0]["obs_dim"], sizes[0]["action_dim"]
-    preset, cfg, sampler = make_configs(agent, sizes[0], settings)
+    preset, cfg, sampler = imported_configs(agent, sizes[0], settings)
     template = eqx.filter_eval_shape(init_state, jax.random.key(0), agent_backbone(preset), obs_dim, action_dim, cfg)
     out = []
     for src in sources:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from ttt.agents.common import act_actor, actor_metrics, expectile_loss, make_backbone, polyak, prefixed, tuple_field
+from ttt.agents.ogbench_layout import Leaf, OgbenchLayout, actor_leaves, actor_only_sizes
 from ttt.data.batch import Batch
 from ttt.errors import TttError
 from ttt.nets import GaussianActor, GCValue, gaussian_log_prob
@@ -137,3 +138,18 @@ def has_value(cfg: Config) -> bool:
 
 
 BACKBONE = make_backbone(globals())
+
+
+def ogbench_leaves(agent: Agent) -> list[Leaf]:
+    """OGBench's GC-BC saves the actor alone (`modules_actor`); the selection critic has no place there."""
+    return actor_leaves(agent.actor, ("modules_actor",), lambda a: a.actor)
+
+
+OGBENCH = OgbenchLayout(
+    name=NAME,
+    networks=frozenset({"actor"}),
+    leaves=ogbench_leaves,
+    sizes=actor_only_sizes,
+    config=dict(lr=3e-4, batch_size=1024, discount=0.99, const_std=True, with_critic=False),
+)
+"""GC-BC in OGBench's checkpoint format (`impls/agents/gcbc.py`; `ttt.interop`): imported without a critic."""

@@ -14,6 +14,7 @@ Networks: V(s, g) (one head), twin Q(s, g, a) with a Polyak target, Gaussian act
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -33,7 +34,18 @@ from ttt.agents.common import (
     prefixed,
     tuple_field,
 )
+from ttt.agents.ogbench_layout import (
+    FlaxTree,
+    Leaf,
+    OgbenchLayout,
+    actor_leaves,
+    get_path,
+    mlp_leaves,
+    obs_from_actor,
+    widths,
+)
 from ttt.data.batch import Batch
+from ttt.errors import TttError
 from ttt.nets import GaussianActor, GCValue, gaussian_log_prob
 
 NAME = "gciql"
@@ -155,3 +167,45 @@ def frozen(cfg: Config) -> tuple[str, ...]:
 
 
 BACKBONE = make_backbone(globals())
+
+
+def ogbench_leaves(agent: Agent) -> list[Leaf]:
+    """OGBench's GC-IQL: `modules_actor`, and `value_net` MLPs under `modules_value` / `_critic` / `_target_critic`."""
+    return [
+        *actor_leaves(agent.actor, ("modules_actor",), lambda a: a.actor),
+        *mlp_leaves(agent.value.net, ("modules_value", "value_net"), lambda a: a.value.net),
+        *mlp_leaves(agent.critic.net, ("modules_critic", "value_net"), lambda a: a.critic.net),
+        *mlp_leaves(agent.target_critic.net, ("modules_target_critic", "value_net"), lambda a: a.target_critic.net),
+    ]
+
+
+def ogbench_sizes(params: FlaxTree, where: str, actor_in: int, action_dim: int) -> dict[str, Any]:
+    """The observation size, and `value_hidden_dims` / `layer_norm`, which the value and the critic must share."""
+    obs_dim = obs_from_actor(actor_in, where)
+    v_dims, v_in, v_ln = widths(get_path(params, ("modules_value", "value_net")), where, "modules_value")
+    q_dims, q_in, q_ln = widths(get_path(params, ("modules_critic", "value_net")), where, "modules_critic")
+    if v_dims != q_dims or v_ln != q_ln:
+        raise TttError(f"{where}: the value's hidden widths {v_dims[:-1]} (layer norm {v_ln}) and the critic's "
+                       f"{q_dims[:-1]} (layer norm {q_ln}) disagree; the reference builds both from "
+                       "value_hidden_dims")  # fmt: skip
+    if v_in != 2 * obs_dim or q_in != v_in + action_dim:
+        raise TttError(f"{where}: the value's input width {v_in} / critic's {q_in} do not fit observation "
+                       f"{obs_dim} and action {action_dim}")  # fmt: skip
+    return dict(obs_dim=obs_dim, value_hidden_dims=v_dims[:-1], layer_norm=v_ln)
+
+
+def ogbench_preset(cfg: Config) -> str:
+    """`gciql-awr` for the AWR actor, else `gciql`."""
+    return "gciql-awr" if cfg.actor_loss == "awr" else NAME
+
+
+OGBENCH = OgbenchLayout(
+    name=NAME,
+    networks=frozenset({"actor", "value", "critic", "target_critic"}),
+    leaves=ogbench_leaves,
+    sizes=ogbench_sizes,
+    config=dict(lr=3e-4, batch_size=1024, discount=0.99, tau=0.005, expectile=0.9, actor_loss="ddpgbc", alpha=0.3,
+                const_std=True),
+    preset=ogbench_preset,
+)  # fmt: skip
+"""GC-IQL in OGBench's checkpoint format (`impls/agents/gciql.py`; `ttt.interop`)."""

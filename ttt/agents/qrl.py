@@ -16,6 +16,7 @@ No target networks. For selection, ``value = -(1 - gamma^d) / (1 - gamma)``.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -33,7 +34,18 @@ from ttt.agents.common import (
     prefixed,
     tuple_field,
 )
+from ttt.agents.ogbench_layout import (
+    FlaxTree,
+    Leaf,
+    OgbenchLayout,
+    actor_leaves,
+    get_path,
+    mlp_leaves,
+    obs_from_actor,
+    widths,
+)
 from ttt.data.batch import Batch
+from ttt.errors import TttError
 from ttt.nets import MLP, GaussianActor, IQEValue, gaussian_log_prob
 
 NAME = "qrl"
@@ -210,3 +222,48 @@ has_value = always_has_value  # QRL always has its quasimetric value
 
 
 BACKBONE = make_backbone(globals())
+
+
+def ogbench_leaves(agent: Agent) -> list[Leaf]:
+    """OGBench's QRL: `modules_actor`, the IQE value's `phi` MLP and `alpha` (`modules_value`), the dual
+    `modules_lam`, and the latent `modules_dynamics` (DDPG+BC only)."""
+    out = [
+        *actor_leaves(agent.actor, ("modules_actor",), lambda a: a.actor),
+        *mlp_leaves(agent.value.phi, ("modules_value", "phi"), lambda a: a.value.phi),
+        (("modules_value", "alpha", "value"), lambda a: a.value.alpha_logit),
+        (("modules_lam", "log_value"), lambda a: a.log_lam),
+    ]
+    if agent.dynamics is not None:
+        out += mlp_leaves(agent.dynamics, ("modules_dynamics",), lambda a: a.dynamics)
+    return out
+
+
+def ogbench_sizes(params: FlaxTree, where: str, actor_in: int, action_dim: int) -> dict[str, Any]:
+    """The observation size, `value_hidden_dims` / `latent_dim` / `layer_norm` from `phi` (the dynamics must
+    agree), and `actor_loss` from whether a dynamics network is there (DDPG+BC) or not (AWR)."""
+    del action_dim
+    out: dict[str, Any] = dict(obs_dim=obs_from_actor(actor_in, where))
+    p_dims, p_in, p_ln = widths(get_path(params, ("modules_value", "phi")), where, "modules_value/phi")
+    out.update(value_hidden_dims=p_dims[:-1], latent_dim=p_dims[-1], layer_norm=p_ln)
+    if p_in != out["obs_dim"]:
+        raise TttError(f"{where}: the value's input width {p_in} is not the observation size {out['obs_dim']}")
+    dyn = params.get("modules_dynamics")
+    if dyn is not None:
+        d_dims, _, d_ln = widths(dyn, where, "modules_dynamics")
+        if d_dims != p_dims or d_ln != p_ln:
+            raise TttError(f"{where}: the dynamics widths {d_dims} and the value's {p_dims} disagree; the "
+                           "reference builds both from value_hidden_dims and latent_dim")  # fmt: skip
+    out["actor_loss"] = "ddpgbc" if dyn is not None else "awr"
+    return out
+
+
+OGBENCH = OgbenchLayout(
+    name=NAME,
+    networks=frozenset({"actor", "value", "lam", "dynamics"}),
+    optional=frozenset({"dynamics"}),
+    leaves=ogbench_leaves,
+    sizes=ogbench_sizes,
+    config=dict(lr=3e-4, batch_size=1024, discount=0.99, eps=0.05, actor_loss="ddpgbc", alpha=0.003, const_std=True,
+                dim_per_component=8),
+)  # fmt: skip
+"""QRL (IQE) in OGBench's checkpoint format (`impls/agents/qrl.py`; `ttt.interop`)."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -51,9 +52,19 @@ from ttt.agents.common import (
     set_actor_goal,
     tuple_field,
 )
+from ttt.agents.ogbench_layout import (
+    FlaxTree,
+    Leaf,
+    OgbenchLayout,
+    actor_leaves,
+    get_path,
+    mlp_leaves,
+    widths,
+)
 from ttt.data.batch import Batch
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import SamplerConfig, make_batch, sample_rows, traj_final
+from ttt.errors import TttError
 from ttt.nets import MLP, GaussianActor, GCValue, gaussian_log_prob
 
 NAME = "saw"
@@ -397,3 +408,49 @@ def frozen(cfg: Config) -> tuple[str, ...]:
 ACTORS = ("actor", "low_actor")  # the high-level (subgoal) actor and the low-level actor that acts
 
 BACKBONE = make_backbone(globals())
+
+
+def ogbench_leaves(agent: Agent) -> list[Leaf]:
+    """The authors' SAW (`agents/saw.py`, `share_goal_rep=False`): the value's goal representation `phi_v` is one
+    module, `modules_goal_rep` (an `nn.Sequential` whose MLP is `layers_0`), that the value and the target value
+    both read; `modules_value` / `modules_target_value` hold the twin heads; the flat actor's own representation is
+    `modules_actor_goal_rep_def`; the low actor is a plain `GCActor`."""
+    return [
+        *mlp_leaves(agent.value.goal_rep.net, ("modules_goal_rep", "layers_0"), lambda a: a.value.goal_rep.net),
+        *mlp_leaves(agent.value.heads.net, ("modules_value", "value_net"), lambda a: a.value.heads.net),
+        *mlp_leaves(agent.target_value.net, ("modules_target_value", "value_net"), lambda a: a.target_value.net),
+        *mlp_leaves(agent.actor.goal_rep.net, ("modules_actor_goal_rep_def", "layers_0"),
+                    lambda a: a.actor.goal_rep.net),
+        *actor_leaves(agent.actor.policy, ("modules_actor",), lambda a: a.actor.policy),
+        *actor_leaves(agent.low_actor, ("modules_low_actor",), lambda a: a.low_actor),
+    ]  # fmt: skip
+
+
+def ogbench_sizes(params: FlaxTree, where: str, actor_in: int, action_dim: int) -> dict[str, Any]:
+    """The observation size and `rep_dim` / `layer_norm` from the goal representation on `[s, g]` (whose hidden
+    widths the value heads share), `value_hidden_dims`, and `low_actor_hidden_dims`."""
+    del actor_in, action_dim
+    rep = get_path(params, ("modules_goal_rep", "layers_0"))
+    r_dims, r_in, r_ln = widths(rep, where, "modules_goal_rep")
+    v_dims, _, _ = widths(get_path(params, ("modules_value", "value_net")), where, "modules_value")
+    low = get_path(params, ("modules_low_actor", "actor_net"))
+    low_dims, _, _ = widths(low, where, "modules_low_actor/actor_net")
+    if r_dims[:-1] != v_dims[:-1]:
+        raise TttError(f"{where}: the goal representation's widths {r_dims[:-1]} and the value's {v_dims[:-1]} "
+                       "disagree; the reference builds both from value_hidden_dims")  # fmt: skip
+    if r_in % 2:
+        raise TttError(f"{where}: the goal representation's input width {r_in} is not observation + goal")
+    return dict(obs_dim=r_in // 2, value_hidden_dims=v_dims[:-1], rep_dim=r_dims[-1], layer_norm=r_ln,
+                low_actor_hidden_dims=low_dims)  # fmt: skip
+
+
+OGBENCH = OgbenchLayout(
+    name=NAME,
+    networks=frozenset({"actor", "low_actor", "value", "target_value", "goal_rep", "actor_goal_rep_def"}),
+    leaves=ogbench_leaves,
+    sizes=ogbench_sizes,
+    config=dict(lr=3e-4, batch_size=1024, discount=0.99, tau=0.005, expectile=0.7, low_alpha=3.0, awr_alpha=3.0,
+                kl_alpha=3.0, subgoal_steps=25, const_std=True),
+    dropped={"actor_loss": "default"},  # the reference SAW's only actor loss
+)  # fmt: skip
+"""SAW in the authors' checkpoint format (their `agents/saw.py`, a fork of OGBench; `ttt.interop`)."""
