@@ -485,8 +485,7 @@ def train_expert(
     cfg = dataclasses.replace(cfg or ROBOTS[robot].recipe, total_steps=steps)
     capacity = min(cfg.replay_size, steps)
     make_env = env_factory or (lambda rng: DirectionalRobot(robot, rng))
-    ckpt = out / CKPT_NAME
-    csv = out / "train.csv"
+    ckpt, csv = out / CKPT_NAME, out / "train.csv"
     env = make_env(np.random.default_rng(np.random.SeedSequence([seed, 1])))
     obs_dim, action_dim = env.obs_dim, env.action_dim
     train_step = make_train_step(cfg, action_dim)
@@ -494,43 +493,13 @@ def train_expert(
     done_log = _finished_log(out, cfg, seed, steps)
     if done_log is not None:  # already trained this far: nothing to do
         return done_log
-    if ckpt.exists():
-        doc, arrays = _read_npz(ckpt, ("expert-checkpoint",), MAX_CHECKPOINT_BYTES)
-        if not _same_cfg(doc["cfg"], cfg) or doc["host"]["seed"] != seed:
-            raise TttError(f"{ckpt} was trained with other settings (seed {doc['host']['seed']}); use another --out")
-        capacity = max(capacity, len(arrays["replay_rewards"]))
-        carry = _restore_carry(doc, arrays, cfg, capacity, obs_dim, action_dim)
-        del arrays
-        log = TrainLog.from_json(doc["log"])
-        host = doc["host"]
-        obs = env.restore(host)
-        action = np.asarray(host["action"], np.float64)
-        if csv.exists():  # episodes logged after the checkpoint are run again: drop their lines
-            lines = csv.read_text().splitlines()
-            kept = [lines[0]] + [ln for ln in lines[1:] if int(ln.split(",")[0]) <= log.step]
-            csv.write_text("\n".join(kept) + "\n")
-    else:
-        key = jax.random.key(seed)
-        k_init, k_carry = jax.random.split(key)
-        carry = TrainCarry(
-            init_sac(k_init, obs_dim, action_dim, cfg), Replay.empty(capacity, obs_dim, action_dim), k_carry
-        )
-        log = TrainLog()
-        obs = env.reset()
-        action = env.rng.uniform(-1.0, 1.0, action_dim)
-        host = dict(seed=seed, capacity=capacity, obs_dim=obs_dim, action_dim=action_dim, robot=robot)
+    carry, log, obs, action, host = _start(ckpt, csv, env, cfg, capacity, seed, robot)
 
     if log.step >= steps:
         _finish(out, carry, cfg, log, seed, robot)
         return log
 
-    arrays, static = eqx.partition(carry, eqx.is_array)
-
-    def _step(arrays, *xs):
-        c, a, m, learned = train_step(eqx.combine(arrays, static), *xs)
-        return eqx.filter(c, eqx.is_array), a, m, learned
-
-    step_jit = jax.jit(_step, donate_argnums=(0,))
+    arrays, static, step_jit = _jit_step(train_step, carry)
     if not csv.exists():
         csv.write_text(CSV_HEADER)
     ep_return, ep_len = 0.0, 0
@@ -541,10 +510,8 @@ def train_expert(
     while log.step < steps:
         next_obs, reward, terminated, truncated = env.step(action)
         done = terminated or truncated
-        if done:  # the episode's counts, before a reset clears them (a bare test environment has none)
-            falls = getattr(env, "falls", int(terminated))
-            moved = getattr(env, "progress", 0.0)
-            up = getattr(env, "up_steps", ep_len + 1)
+        if done:  # the episode's counts, before a reset clears them
+            falls, moved, up = _episode_counts(env, terminated, ep_len)
         reset_obs = env.reset() if done else zero_obs
         arrays, a, _, _ = step_jit(
             arrays,
@@ -562,11 +529,7 @@ def train_expert(
         ep_len += 1
         obs = reset_obs if done else next_obs
         if done:
-            log.episodes += 1
-            log.falls += int(falls)
-            log.returns.append((log.step, ep_return, ep_len, int(falls), float(moved), up / ep_len))
-            with open(csv, "a") as f:
-                f.write(f"{log.step},{log.episodes},{ep_return:.4f},{ep_len},{falls},{moved:.4f},{up / ep_len:.4f}\n")
+            _log_episode(csv, log, ep_return, ep_len, falls, moved, up)
             ep_return, ep_len = 0.0, 0
             elapsed = time.perf_counter() - t0
             if (
@@ -576,9 +539,7 @@ def train_expert(
             ):
                 log.wall = wall0 + elapsed
                 host.update(env.snapshot(), action=action.copy())  # the next episode's start
-                carry = eqx.combine(arrays, static)
-                _write_checkpoint(ckpt, carry, cfg, log, host)
-                _snapshot_actor(out, carry, cfg, log, seed, robot)
+                _save_checkpoint(out, eqx.combine(arrays, static), cfg, log, host, seed, robot)
                 last_ckpt = log.step
                 if stop_after_s is not None and elapsed >= stop_after_s:
                     break
@@ -590,6 +551,66 @@ def train_expert(
     if log.step >= steps:
         _finish(out, carry, cfg, log, seed, robot)
     return log
+
+
+def _start(ckpt: Path, csv: Path, env, cfg: SACConfig, capacity: int, seed: int, robot: str):
+    """(carry, log, observation, action, host state) to train from: ``ckpt``'s when it exists (the lines ``csv``
+    logged after it are dropped: those episodes run again), else a fresh run of ``seed``."""
+    obs_dim, action_dim = env.obs_dim, env.action_dim
+    if not ckpt.exists():
+        k_init, k_carry = jax.random.split(jax.random.key(seed))
+        carry = TrainCarry(
+            init_sac(k_init, obs_dim, action_dim, cfg), Replay.empty(capacity, obs_dim, action_dim), k_carry
+        )
+        host = dict(seed=seed, capacity=capacity, obs_dim=obs_dim, action_dim=action_dim, robot=robot)
+        return carry, TrainLog(), env.reset(), env.rng.uniform(-1.0, 1.0, action_dim), host
+    doc, arrays = _read_npz(ckpt, ("expert-checkpoint",), MAX_CHECKPOINT_BYTES)
+    if not _same_cfg(doc["cfg"], cfg) or doc["host"]["seed"] != seed:
+        raise TttError(f"{ckpt} was trained with other settings (seed {doc['host']['seed']}); use another --out")
+    capacity = max(capacity, len(arrays["replay_rewards"]))
+    carry = _restore_carry(doc, arrays, cfg, capacity, obs_dim, action_dim)
+    del arrays
+    log = TrainLog.from_json(doc["log"])
+    host = doc["host"]
+    obs = env.restore(host)
+    action = np.asarray(host["action"], np.float64)
+    if csv.exists():
+        lines = csv.read_text().splitlines()
+        kept = [lines[0]] + [ln for ln in lines[1:] if int(ln.split(",")[0]) <= log.step]
+        csv.write_text("\n".join(kept) + "\n")
+    return carry, log, obs, action, host
+
+
+def _jit_step(train_step: Callable, carry: TrainCarry):
+    """(the carry's arrays, its static part, the jitted step on the arrays, which it donates)."""
+    arrays, static = eqx.partition(carry, eqx.is_array)
+
+    def _step(arrays, *xs):
+        c, a, m, learned = train_step(eqx.combine(arrays, static), *xs)
+        return eqx.filter(c, eqx.is_array), a, m, learned
+
+    return arrays, static, jax.jit(_step, donate_argnums=(0,))
+
+
+def _episode_counts(env, terminated: bool, ep_len: int) -> tuple[int, float, int]:
+    """An ending episode's (falls, progress, steps upright); a bare test environment has none of them."""
+    return getattr(env, "falls", int(terminated)), getattr(env, "progress", 0.0), getattr(env, "up_steps", ep_len + 1)
+
+
+def _log_episode(csv: Path, log: TrainLog, ep_return: float, ep_len: int, falls: int, moved: float, up: int) -> None:
+    """Count an ended episode in ``log`` and append its line to ``train.csv``."""
+    log.episodes += 1
+    log.falls += int(falls)
+    log.returns.append((log.step, ep_return, ep_len, int(falls), float(moved), up / ep_len))
+    with open(csv, "a") as f:
+        f.write(f"{log.step},{log.episodes},{ep_return:.4f},{ep_len},{falls},{moved:.4f},{up / ep_len:.4f}\n")
+
+
+def _save_checkpoint(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, host: dict, seed: int,
+                     robot: str) -> None:
+    """``out/checkpoint.npz`` (to resume from) and this step's actor."""
+    _write_checkpoint(out / CKPT_NAME, carry, cfg, log, host)
+    _snapshot_actor(out, carry, cfg, log, seed, robot)
 
 
 def _snapshot_actor(out: Path, carry: TrainCarry, cfg: SACConfig, log: TrainLog, seed: int, robot: str) -> None:
