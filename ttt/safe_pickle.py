@@ -243,36 +243,170 @@ _NAMED = {"INST": "an INST opcode", "OBJ": "an OBJ opcode", "NEWOBJ": "a NEWOBJ 
           "SHORT_BINSTRING": "a Python 2 string"}  # fmt: skip
 
 
-def _interpret(data: bytes) -> Any:
-    stack: list[Any] = []
-    marks: list[list[Any]] = []
-    memo: dict[int, Any] = {}
+def _key(k: Any) -> str | int:
+    """A dict key: a string or an integer."""
+    if isinstance(k, str) or (isinstance(k, int) and not isinstance(k, bool)):
+        return k
+    raise _Refuse(f"a dict key of type {type(k).__name__} (state dicts have string keys)")
 
-    def pop_mark() -> list[Any]:
-        nonlocal stack
-        if not marks:
+
+class _Machine:
+    """The interpreter's state (the stack, the marks: each a stack a MARK set aside, the memo) and one method per
+    kind of opcode, `op(name, arg)`; `_OPS` maps each opcode read to its method."""
+
+    __slots__ = ("stack", "marks", "memo")
+
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+        self.marks: list[list[Any]] = []
+        self.memo: dict[int, Any] = {}
+
+    def pop_mark(self) -> list[Any]:
+        """The items pushed since the last MARK (the stack before it comes back)."""
+        if not self.marks:
             raise _Refuse("a MARK opcode missing")
-        items, stack = stack, marks.pop()
+        items, self.stack = self.stack, self.marks.pop()
         return items
 
-    def top(kind, what):
+    def top(self, kind: type, what: str) -> Any:
+        """The top of the stack, which must be a finished `kind`."""
+        stack = self.stack
         if not stack or not isinstance(stack[-1], kind) or isinstance(stack[-1], _Pending):
             raise _Refuse(f"{what} on something that is not a {kind.__name__}")
         return stack[-1]
 
-    def key(k):
-        if isinstance(k, str) or (isinstance(k, int) and not isinstance(k, bool)):
-            return k
-        raise _Refuse(f"a dict key of type {type(k).__name__} (state dicts have string keys)")
-
-    def put(i):
-        x = stack[-1]
+    def put(self, i: int) -> None:
+        """Memo slot `i` := the top (an array or dtype still pending is updated there when it is built)."""
+        x = self.stack[-1]
         if isinstance(x, _Pending):
             x.memo_keys.append(i)
-        memo[i] = x
+        self.memo[i] = x
 
-    ops = pickletools.genops(io.BytesIO(data))
-    for n, (op, arg, _) in enumerate(ops):
+    def constant(self, name: str, arg: Any) -> None:
+        self.stack.append(_CONSTANTS[name])
+
+    def value(self, name: str, arg: Any) -> None:
+        self.stack.append(bytes(arg) if isinstance(arg, bytearray) else arg)
+
+    def empty(self, name: str, arg: Any) -> None:
+        self.stack.append(_EMPTY[name]())
+
+    def mark(self, name: str, arg: Any) -> None:
+        self.marks.append(self.stack)
+        self.stack = []
+
+    def small_tuple(self, name: str, arg: Any) -> None:
+        k, stack = int(name[-1]), self.stack
+        if len(stack) < k:
+            raise _Refuse("a tuple of more items than the stack holds")
+        items = tuple(stack[-k:])
+        del stack[-k:]
+        stack.append(items)
+
+    def sequence(self, name: str, arg: Any) -> None:
+        items = self.pop_mark()  # (first: it rebinds `self.stack`)
+        self.stack.append(tuple(items) if name == "TUPLE" else items)
+
+    def make_dict(self, name: str, arg: Any) -> None:
+        items = self.pop_mark()
+        if len(items) % 2:
+            raise _Refuse("a dict of an odd number of items")
+        self.stack.append({_key(items[i]): items[i + 1] for i in range(0, len(items), 2)})
+
+    def append(self, name: str, arg: Any) -> None:
+        v = self.stack.pop()
+        self.top(list, "APPEND").append(v)
+
+    def appends(self, name: str, arg: Any) -> None:
+        items = self.pop_mark()
+        self.top(list, "APPENDS").extend(items)
+
+    def setitem(self, name: str, arg: Any) -> None:
+        v, k = self.stack.pop(), self.stack.pop()
+        self.top(dict, "SETITEM")[_key(k)] = v
+
+    def setitems(self, name: str, arg: Any) -> None:
+        items = self.pop_mark()
+        if len(items) % 2:
+            raise _Refuse("SETITEMS of an odd number of items")
+        d = self.top(dict, "SETITEMS")
+        for i in range(0, len(items), 2):
+            d[_key(items[i])] = items[i + 1]
+
+    def memo_put(self, name: str, arg: Any) -> None:
+        self.put(len(self.memo) if name == "MEMOIZE" else arg)
+
+    def memo_get(self, name: str, arg: Any) -> None:
+        if arg not in self.memo:
+            raise _Refuse(f"a memo reference {arg} to nothing")
+        self.stack.append(self.memo[arg])
+
+    def pop(self, name: str, arg: Any) -> None:
+        if name == "POP" and self.stack:
+            self.stack.pop()
+        else:
+            self.pop_mark()
+
+    def dup(self, name: str, arg: Any) -> None:
+        self.stack.append(self.stack[-1])
+
+    def global_(self, name: str, arg: Any) -> None:
+        if name == "GLOBAL":
+            module, _, attr = arg.partition(" ")
+        else:
+            attr, module = self.stack.pop(), self.stack.pop()
+            if not isinstance(module, str) or not isinstance(attr, str):
+                raise _Refuse("STACK_GLOBAL of something that is not a name")
+        kind = ALLOWED.get((module, attr))
+        if kind is None:
+            raise _Refuse(f"the pickle names {show(module + '.' + attr)}, which an agent checkpoint never holds "
+                          "(allowed: plain containers, NumPy and JAX arrays)", named=True)  # fmt: skip
+        self.stack.append(_Name(kind, f"{module}.{attr}"))
+
+    def reduce(self, name: str, arg: Any) -> None:
+        args, f = self.stack.pop(), self.stack.pop()
+        self.stack.append(_reduce(f, args))
+
+    def build(self, name: str, arg: Any) -> None:
+        state = self.stack.pop()
+        if not self.stack:
+            raise _Refuse("a BUILD with nothing to build")
+        obj = self.stack[-1]
+        built = _build(obj, state)
+        self.stack[-1] = built
+        for i in obj.memo_keys:
+            if self.memo.get(i) is obj:
+                self.memo[i] = built
+
+
+_EMPTY = {"EMPTY_DICT": dict, "EMPTY_LIST": list, "EMPTY_TUPLE": tuple}
+_OPS: dict[str, Any] = {
+    **dict.fromkeys(_CONSTANTS, _Machine.constant),
+    **dict.fromkeys(_VALUES, _Machine.value),
+    **dict.fromkeys(_EMPTY, _Machine.empty),
+    "MARK": _Machine.mark,
+    **dict.fromkeys(("TUPLE1", "TUPLE2", "TUPLE3"), _Machine.small_tuple),
+    **dict.fromkeys(("TUPLE", "LIST"), _Machine.sequence),
+    "DICT": _Machine.make_dict,
+    "APPEND": _Machine.append,
+    "APPENDS": _Machine.appends,
+    "SETITEM": _Machine.setitem,
+    "SETITEMS": _Machine.setitems,
+    **dict.fromkeys(("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"), _Machine.memo_put),
+    **dict.fromkeys(("GET", "BINGET", "LONG_BINGET"), _Machine.memo_get),
+    **dict.fromkeys(("POP", "POP_MARK"), _Machine.pop),
+    "DUP": _Machine.dup,
+    **dict.fromkeys(("GLOBAL", "STACK_GLOBAL"), _Machine.global_),
+    "REDUCE": _Machine.reduce,
+    "BUILD": _Machine.build,
+}
+"""Every opcode interpreted (besides PROTO, FRAME and STOP), and its `_Machine` method; any other is refused."""
+
+
+def _interpret(data: bytes) -> Any:
+    """The value the pickle's opcodes declare, at most `MAX_OPS` of them, each through `_OPS`."""
+    m = _Machine()
+    for n, (op, arg, _) in enumerate(pickletools.genops(io.BytesIO(data))):
         if n >= MAX_OPS:
             raise _Refuse(f"more than {MAX_OPS} opcodes (an agent checkpoint has thousands)")
         name = op.name
@@ -282,98 +416,14 @@ def _interpret(data: bytes) -> Any:
             continue
         if name in ("PROTO", "FRAME"):
             continue
-        if name in _CONSTANTS:
-            stack.append(_CONSTANTS[name])
-        elif name in _VALUES:
-            stack.append(bytes(arg) if isinstance(arg, bytearray) else arg)
-        elif name == "EMPTY_DICT":
-            stack.append({})
-        elif name == "EMPTY_LIST":
-            stack.append([])
-        elif name == "EMPTY_TUPLE":
-            stack.append(())
-        elif name == "MARK":
-            marks.append(stack)
-            stack = []
-        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            k = int(name[-1])
-            if len(stack) < k:
-                raise _Refuse("a tuple of more items than the stack holds")
-            items = tuple(stack[-k:])
-            del stack[-k:]
-            stack.append(items)
-        elif name in ("TUPLE", "LIST"):
-            items = pop_mark()  # (first: it rebinds `stack`)
-            stack.append(tuple(items) if name == "TUPLE" else items)
-        elif name == "DICT":
-            items = pop_mark()
-            if len(items) % 2:
-                raise _Refuse("a dict of an odd number of items")
-            stack.append({key(items[i]): items[i + 1] for i in range(0, len(items), 2)})
-        elif name == "APPEND":
-            v = stack.pop()
-            top(list, "APPEND").append(v)
-        elif name == "APPENDS":
-            items = pop_mark()
-            top(list, "APPENDS").extend(items)
-        elif name == "SETITEM":
-            v, k = stack.pop(), stack.pop()
-            top(dict, "SETITEM")[key(k)] = v
-        elif name == "SETITEMS":
-            items = pop_mark()
-            if len(items) % 2:
-                raise _Refuse("SETITEMS of an odd number of items")
-            d = top(dict, "SETITEMS")
-            for i in range(0, len(items), 2):
-                d[key(items[i])] = items[i + 1]
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            put(arg)
-        elif name == "MEMOIZE":
-            put(len(memo))
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            if arg not in memo:
-                raise _Refuse(f"a memo reference {arg} to nothing")
-            stack.append(memo[arg])
-        elif name == "POP":
-            if stack:
-                stack.pop()
-            else:
-                pop_mark()
-        elif name == "POP_MARK":
-            pop_mark()
-        elif name == "DUP":
-            stack.append(stack[-1])
-        elif name in ("GLOBAL", "STACK_GLOBAL"):
-            if name == "GLOBAL":
-                module, _, attr = arg.partition(" ")
-            else:
-                attr, module = stack.pop(), stack.pop()
-                if not isinstance(module, str) or not isinstance(attr, str):
-                    raise _Refuse("STACK_GLOBAL of something that is not a name")
-            kind = ALLOWED.get((module, attr))
-            if kind is None:
-                raise _Refuse(f"the pickle names {show(module + '.' + attr)}, which an agent checkpoint never holds "
-                              "(allowed: plain containers, NumPy and JAX arrays)", named=True)  # fmt: skip
-            stack.append(_Name(kind, f"{module}.{attr}"))
-        elif name == "REDUCE":
-            args, f = stack.pop(), stack.pop()
-            stack.append(_reduce(f, args))
-        elif name == "BUILD":
-            state = stack.pop()
-            if not stack:
-                raise _Refuse("a BUILD with nothing to build")
-            obj = stack[-1]
-            built = _build(obj, state)
-            stack[-1] = built
-            for i in obj.memo_keys:
-                if memo.get(i) is obj:
-                    memo[i] = built
-        elif name == "STOP":
-            if len(stack) != 1 or marks:
+        if name == "STOP":
+            if len(m.stack) != 1 or m.marks:
                 raise _Refuse("a STOP with a stack that is not one value")
-            return stack[0]
-        else:
+            return m.stack[0]
+        handler = _OPS.get(name)
+        if handler is None:
             raise _Refuse(_NAMED.get(name, f"the {name} opcode"))
+        handler(m, name, arg)
     raise _Refuse("no STOP opcode")  # pragma: no cover  (genops raises at the end of the data first)
 
 
