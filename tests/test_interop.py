@@ -199,3 +199,17 @@ def test_cli_import_eval_and_export(data_dir, tmp_path, capsys):
     rc, _, err = run(["import", "ogbench", str(pkl), "--agent", "gciql", "--dataset", STITCH, "--out", str(out),
                       "--dir", str(data_dir)], capsys)  # fmt: skip
     assert rc == 2 and "is not an empty directory" in one_line_error(err)
+
+
+def test_each_agent_declares_its_ogbench_layout_beside_it():
+    """Each agent module holds its own OGBench mapping (`OGBENCH`); interop.py reads all of them alike and names
+    none (docs/extending.md, "A backbone")."""
+    from pathlib import Path
+
+    from ttt import agents, interop
+
+    assert set(agents.OGBENCH_LAYOUTS) == set(agents.BACKBONES) == set(interop.AGENTS_SUPPORTED)
+    for name, layout in agents.OGBENCH_LAYOUTS.items():
+        assert getattr(agents, name).OGBENCH is layout and layout.name == name
+    source = Path(interop.__file__).read_text()
+    assert not [n for n in agents.BACKBONES if f'"{n}"' in source or f"'{n}'" in source]
