@@ -35,7 +35,7 @@ import optax
 
 from ttt import safe_pickle
 from ttt.agents import OGBENCH_LAYOUTS, OgbenchLayout
-from ttt.agents.ogbench_layout import get_path, kernel, number_array, widths
+from ttt.agents.ogbench_layout import FlaxTree, get_path, kernel, number_array, widths
 from ttt.checkpoint import (
     Checkpoint,
     TrainState,
@@ -63,7 +63,7 @@ IGNORED_KEYS = ("agent_name", "dataset_class", "p_aug", "frame_stack", "encoder"
                 "quasimetric_type")
 """Reference config keys accepted when they hold the value `ttt` supports (checked in `_check_unsupported`)."""
 
-ShapeTree = dict[str, Any]
+ShapeTree = FlaxTree
 
 
 # ------------------------------------------------------------------------------------------------ leaf mapping
