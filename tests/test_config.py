@@ -69,8 +69,8 @@ grid = { N = [10, 20], lr = [1e-3, 3] }
         ("[[run]]\n", ["foo=1"], "--set: unknown key(s) foo; valid keys: name,"),
         ("[[run]]\nK = 'ten'\n", [], 'K must be an integer (TTT period: environment steps per round), got "ten"'),
         ("[[run]]\nlr = true\n", [], "lr must be a number"),
-        ("[[run]]\nq = 1.5\n", [], "q must be in (0, 1] (fraction of relevant sub-trajectories kept), got 1.5"),
-        ("[[run]]\nN = -1\n", [], "N must be >= 1"),
+        ("[[run]]\nq = 1.5\n", [], "q (fraction of relevant sub-trajectories kept) must be in (0, 1], got 1.5"),
+        ("[[run]]\nN = -1\n", [], "N (fine-tuning steps per round) must be >= 1"),
         ("[[run]]\ntasks = [0, 9]\n", [], "tasks must be distinct task ids in 1..5"),
         ("[[run]]\nagent = 'ppo'\n", [], 'agent = "ppo" is not valid; valid: gcbc, gciql, gciql-awr, saw, qrl'),
         ("[[run]]\ndataset = 'antmaze'\n", [], 'dataset = "antmaze" is not valid; valid: pointmaze-medium-navigate-v0'),
@@ -102,7 +102,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown pipeline 'no-such-pipeline'; available:" in err and "quickstart" in err
     assert main(["run", "quickstart", "--set", "q=0"]) == 2
-    assert "q must be in (0, 1]" in capsys.readouterr().err
+    assert "q (fraction of relevant sub-trajectories kept) must be in (0, 1]" in capsys.readouterr().err
     assert main(["report", str(tmp_path)]) == 2
     assert "no results.json" in capsys.readouterr().err
     assert main(["run", "paper-main", "--only", "nothing*", "--dry-run"]) == 2

@@ -149,7 +149,7 @@ def test_bucket_changes_the_setup_but_not_the_evaluation_key(tmp_path, monkeypat
     assert whole.eval.setup.ttt.bucket is None
     assert three.eval.setup.ttt.bucket == 3
     assert dict(default.eval.key) == dict(whole.eval.key) == dict(three.eval.key)
-    with pytest.raises(TttError, match=r"bucket must be >= 0 \(episodes of a compiled call .*\), got -1"):
+    with pytest.raises(TttError, match=r"bucket must be >= 1 episodes, or 0 for the whole call at once, got -1"):
         _runs(tmp_path, bucket=-1)
     spec = default.data.spec
     with pytest.raises(TttError, match=r"bucket must be an int >= 1, None \(the whole batch\) or 'auto', got 0"):

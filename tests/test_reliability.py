@@ -274,7 +274,7 @@ variant = "ttt-mc"
         (["agent_config={ lr = 'abc' }"], "run base: agent_config: gcbc config key lr must be a finite number"),
         (["agent_config={ actor_hidden_dims = 'x' }"], "actor_hidden_dims must be a non-empty list"),
         (["backend='mjx'", "driver='host'"], "backend = 'mjx' is the physics of the compiled driver"),
-        (["eval_seed=-1"], "eval_seed must be >= 0"),
+        (["eval_seed=-1"], "eval_seed must be in [0, 2^63)"),
     ],
 )
 def test_dry_run_catches_what_the_real_run_would_die_on(tmp_path, capsys, sets, needle):

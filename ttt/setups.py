@@ -12,7 +12,6 @@ environment in one call.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -30,10 +29,7 @@ from ttt.evaluation import EvalSetup
 from ttt.finetune import FinetuneConfig, finetune_backbone_config
 from ttt.graph import TTGSConfig, published_tau_threshold
 from ttt.select import IGNORED_BY_RULE, SelectConfig
-
-# base policy; GC-TTT ranking by the critic; GC-TTT without a critic; test-time graph search (no training); GC-TTT
-# (critic) fine-tuned towards TTGS's subgoal each round
-VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
+from ttt.settings import GRAPH_VARIANTS, VARIANTS, as_int, integer, real, setup_names, setup_settings
 
 
 def default_bucket() -> int | None:
@@ -56,228 +52,82 @@ def make_setup(
     *,
     backend: str = "mujoco",
     transforms: Transforms | None = None,
-    K: int = 100,
-    N: int = 100,
-    lr: float = 3e-4,
-    q: float = 0.05,
-    eps: float | None = None,
-    h_min: int = 10,
-    mix: float = 0.0,
-    batch: int | None = None,
-    rule: str | None = None,
-    critic: str = "learned",
-    n_episodes: int = 10,
-    slack: int = 10,
-    once: bool = False,
-    reset_after_horizon: bool = False,
-    reuse_adam: bool = False,
-    ft_train: str = "all",
-    ft_alpha: float | None = None,
-    H: int | None = None,
-    noise_alpha: float = 0.0,
-    relevance: str = "distance",
-    c_rel: float | None = None,
     ttgs: TTGSConfig | dict | None = None,
     bucket: int | None | str = "auto",
     label: Callable[[str], str] = str,
+    **settings,
 ) -> EvalSetup:
     """The `EvalSetup` of one variant (`VARIANTS`) of a `backbone` (a `ttt.agents.Backbone` record, e.g.
     `ttt.get_backbone("gcbc")` or a checkpoint's `open_checkpoint(dir).backbone`) with config `cfg`.
 
-    **Arguments** (the defaults are `ttt eval`'s):
+    **Arguments:**
     - `variant`: 'base' (no TTT: the settings below are ignored), 'ttt' (GC-TTT, the backbone's critic ranks the
-      data) or 'ttt-mc' (GC-TTT without a critic);
-    - `K` steps per round, `N` fine-tuning steps per round at learning rate `lr` and batch `batch` (None: the
-      pre-training batch), `q` the fraction of relevant sub-trajectories kept, `eps` the relevance radius (None:
-      the environment's goal threshold), `h_min`, `mix`, `rule`, `critic`, `n_episodes`, `slack`, `once`,
-      `reset_after_horizon`, `reuse_adam`: as `ttt eval --help` describes them (docs/algorithm.md);
-    - `ft_train`: the networks fine-tuning moves, 'all' or 'actor' (the policy only); `ft_alpha`: the backbone's BC
-      weight alpha during fine-tuning (None: the checkpoint's);
-    - `H` a fixed return horizon in rows (None: the dynamic one; a number makes the sub-trajectories fixed-length),
-      `noise_alpha` the value-noise scale, `relevance` 'distance' or 'value' (`V(s | s_j) > c_rel`): the ablations
-      of docs/algorithm.md (rule 'paper');
-    - `ttgs` (variant 'ttgs'): test-time graph search's settings, a `ttt.graph.TTGSConfig` or a dict of its fields
-      (None: the published defaults; `distance` defaults to 'value' where the backbone has a value function, else
-      'l2'); the GC-TTT settings above are then ignored, as for 'base'; variant 'ttt+ttgs' takes both: variant
-      'ttt' (the critic) whose selection and fine-tuning aim, each round, at TTGS's subgoal at the round's start;
+      data), 'ttt-mc' (GC-TTT without a critic), 'ttgs' (test-time graph search) or 'ttt+ttgs' (variant 'ttt' whose
+      selection and fine-tuning aim, each round, at TTGS's subgoal at the round's start);
+    - `**settings`: GC-TTT's settings by name (`ttt.settings.setup_names()`: `K`, `N`, `lr`, `q`, `eps`, `h_min`,
+      `H`, `mix`, `noise_alpha`, `relevance`, `c_rel`, `rule`, `critic`, `n_episodes`, `slack`, `once`,
+      `reset_after_horizon`, `reuse_adam`, `batch`, `ft_train`, `ft_alpha`), each declared once in
+      `ttt.settings.SETTINGS` with its default, meaning and valid range (docs/reference.md's settings table;
+      docs/algorithm.md); Python, NumPy and 0-d JAX numbers alike;
+    - `ttgs` (variants 'ttgs', 'ttt+ttgs'): test-time graph search's settings, a `ttt.graph.TTGSConfig` or a dict of
+      its fields (None: the published defaults; `distance` defaults to 'value' where the backbone has a value
+      function, else 'l2');
     - `bucket`: how many of a batch's live episodes fine-tune together each round (`TTTConfig.bucket`; 1 suits a
-      CPU; None: the whole batch at once, which fills a GPU; 'auto', the default: `default_bucket()`, 1 on a CPU
-      and None elsewhere); speed only, the results do not depend on it beyond float rounding;
+      CPU; None: the whole batch at once, which fills a GPU; 'auto', the default: `default_bucket()`); speed only;
     - `transforms`: the selection's pieces (`ttt.episode.Transforms`, None: the defaults), to swap in your own;
     - `label(name)`: how error messages name a setting (the command line passes its option names).
 
     **Returns** the `EvalSetup`. A setting out of range raises `TttError` naming it, the value and the valid range.
     """
     transforms = Transforms() if transforms is None else transforms
-    n = _Numbers(label)
-    K, N, h_min, n_episodes, slack = (n.int(k, v) for k, v in
-                                      (("K", K), ("N", N), ("h_min", h_min), ("n_episodes", n_episodes),
-                                       ("slack", slack)))  # fmt: skip
-    batch, H = n.int("batch", batch, none=True), n.int("H", H, none=True)
-    lr, q, mix, noise_alpha = (n.float(k, v) for k, v in (("lr", lr), ("q", q), ("mix", mix),
-                                                          ("noise_alpha", noise_alpha)))  # fmt: skip
-    eps, ft_alpha, c_rel = (n.float(k, v, none=True) for k, v in (("eps", eps), ("ft_alpha", ft_alpha),
-                                                                  ("c_rel", c_rel)))  # fmt: skip
-    once, reset_after_horizon, reuse_adam = (n.bool(k, v) for k, v in (("once", once), ("reset_after_horizon",
-                                             reset_after_horizon), ("reuse_adam", reuse_adam)))  # fmt: skip
-    if bucket != "auto":
-        bucket = n.int("bucket", bucket, none=True)
+    s = setup_settings(settings, label)  # every setting of its kind and in its declared range, defaults filled in
     if variant not in VARIANTS:
         raise TttError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if variant == "base":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms)
-
-    graph = ttgs_config(backbone, cfg, ttgs, label, spec.name) if variant in ("ttgs", "ttt+ttgs") else None
+    graph = ttgs_config(backbone, cfg, ttgs, label, spec.name) if variant in GRAPH_VARIANTS else None
     if variant == "ttgs":
         return EvalSetup(backbone, cfg, sampler, spec, None, max_steps, backend, transforms, graph)
     variant = "ttt" if variant == "ttt+ttgs" else variant  # its GC-TTT part is variant ttt's
-
-    if bucket == "auto":
-        bucket = default_bucket()
-    if bucket is not None and not (isinstance(bucket, int) and not isinstance(bucket, bool) and bucket >= 1):
-        raise TttError(f"{label('bucket')} must be an int >= 1, None (the whole batch) or 'auto', got {bucket!r}")
-    if not 1 <= K <= max_steps:
-        raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {K}")
-    if N < 1:
-        raise TttError(f"{label('N')} (fine-tuning steps per round) must be >= 1, got {N}; for no fine-tuning "
-                       "evaluate variant 'base'")  # fmt: skip
-    if not 0 < q <= 1:
-        raise TttError(f"{label('q')} (fraction of relevant sub-trajectories kept) must be in (0, 1], got {q}")
-    if eps is not None and not (eps > 0 and math.isfinite(eps)):
-        raise TttError(f"{label('eps')} (relevance radius) must be a finite number > 0, got {eps}")
-    if not (lr > 0 and math.isfinite(lr)):
-        raise TttError(f"{label('lr')} must be a finite number > 0, got {lr}")
-    if not 0 <= mix <= 1:
-        raise TttError(f"{label('mix')} must be in [0, 1], got {mix}")
-    if h_min < 1:
-        raise TttError(f"{label('h_min')} must be >= 1, got {h_min}")
-    if batch is not None and batch < 1:
-        raise TttError(f"{label('batch')} must be >= 1, got {batch}")
-    if n_episodes < 1:
-        raise TttError(f"{label('n_episodes')} must be >= 1, got {n_episodes}")
-    if ft_alpha is not None and not (math.isfinite(ft_alpha) and ft_alpha >= 0):
-        raise TttError(f"{label('ft_alpha')} must be a finite number >= 0, got {ft_alpha}")
-    if ft_train not in ("all", "actor"):
-        raise TttError(f"{label('ft_train')} must be one of all, actor, got {ft_train!r}")
-    if slack < 0:
-        raise TttError(f"{label('slack')} must be >= 0, got {slack}")
-    if H is not None and H < 2:
-        raise TttError(f"{label('H')} (fixed return horizon) must be >= 2 rows, got {H}")
-    if not (math.isfinite(noise_alpha) and noise_alpha >= 0):
-        raise TttError(f"{label('noise_alpha')} must be a finite number >= 0, got {noise_alpha}")
-    if relevance not in ("distance", "value"):
-        raise TttError(f"{label('relevance')} must be one of distance, value, got {relevance!r}")
-    if relevance == "value" and c_rel is None:
+    bucket = _bucket(bucket, label)
+    if not 1 <= s["K"] <= max_steps:
+        raise TttError(f"{label('K')} must be in [1, {max_steps}] (the episode length of {spec.env_id}), got {s['K']}")
+    if s["relevance"] == "value" and s["c_rel"] is None:
         raise TttError(f"{label('relevance')} 'value' needs {label('c_rel')} (the value threshold C, e.g. -18.0)")
-    if rule == "episodes" and variant != "ttt":
-        rule = None  # the critic rule applies to variant ttt; ttt-mc keeps its default critic-free rule
-    if rule == "mc-episodes" and variant != "ttt-mc":
-        rule = None
-    mode = "fixed" if H is not None else ("critic" if variant == "ttt" else "mc")
+    rule = s["rule"]
+    if (rule == "episodes" and variant != "ttt") or (rule == "mc-episodes" and variant != "ttt-mc"):
+        rule = None  # the critic rule applies to variant ttt, the critic-free one to ttt-mc: the variant's default
+    mode = "fixed" if s["H"] is not None else ("critic" if variant == "ttt" else "mc")
     try:
         ttt = TTTConfig(
-            K=max_steps if once else K,
-            select=SelectConfig(q=q, eps_rel=eps, h_min=h_min, mode=mode, H=H, mix=mix, noise_alpha=noise_alpha,
-                                relevance=relevance, c_rel=c_rel, rule=rule, n_episodes=n_episodes, slack=slack,
+            K=max_steps if s["once"] else s["K"],
+            select=SelectConfig(q=s["q"], eps_rel=s["eps"], h_min=s["h_min"], mode=mode, H=s["H"], mix=s["mix"],
+                                noise_alpha=s["noise_alpha"], relevance=s["relevance"], c_rel=s["c_rel"], rule=rule,
+                                n_episodes=s["n_episodes"], slack=s["slack"],
                                 gamma=float(getattr(cfg, "discount", 0.99))),
-            finetune=FinetuneConfig(steps=N, lr=lr, batch_size=batch, reuse_opt_state=reuse_adam, train=ft_train,
-                                    alpha=ft_alpha),
-            critic=critic if variant == "ttt" else "learned",
-            reset_after_horizon=reset_after_horizon,
+            finetune=FinetuneConfig(steps=s["N"], lr=s["lr"], batch_size=s["batch"], reuse_opt_state=s["reuse_adam"],
+                                    train=s["ft_train"], alpha=s["ft_alpha"]),
+            critic=s["critic"] if variant == "ttt" else "learned",
+            reset_after_horizon=s["reset_after_horizon"],
             bucket=bucket,
         )  # fmt: skip
         finetune_backbone_config(backbone, cfg, ttt.finetune)
     except ValueError as e:
         raise TttError(str(e)) from None
-
     check_transforms(transforms, ttt.select)  # the episode's own rules, checked now, before anything compiles
     check_value_function(backbone, cfg, ttt)
     return EvalSetup(backbone, cfg, sampler, spec, ttt, max_steps, backend, transforms, graph)
 
 
-MAX_COUNT = 2**30  # the largest count (K, N, batch, h_min, ...) the compiled program's 32-bit integers hold safely
-
-
-def _integer(value: Any) -> int | None:
-    """`value` as a Python int when it is an integer of any kind (int, a NumPy integer, a 0-d NumPy or JAX integer
-    array), else None (a bool is not an integer here)."""
-    import numpy as np
-
-    if isinstance(value, bool | np.bool_):
-        return None
-    if isinstance(value, int | np.integer):
-        return int(value)
-    if hasattr(value, "dtype") and hasattr(value, "shape") and tuple(value.shape) == () and not _traced(value):
-        if np.issubdtype(np.dtype(value.dtype), np.integer):
-            return int(value)
-    return None
-
-
-def _real(value: Any) -> float | None:
-    """`value` as a Python float when it is a real number of any kind (int, float, NumPy scalars, 0-d NumPy or JAX
-    arrays of integers or floats), else None (a bool or a string is not a number here)."""
-    import numpy as np
-
-    if isinstance(value, bool | np.bool_):
-        return None
-    if isinstance(value, int | float | np.integer | np.floating):
-        return float(value)
-    if hasattr(value, "dtype") and hasattr(value, "shape") and tuple(value.shape) == () and not _traced(value):
-        kind = np.dtype(value.dtype)
-        if np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating):
-            return float(value)
-    return None
-
-
-def _traced(value: Any) -> bool:
-    import jax
-
-    return isinstance(value, jax.core.Tracer)
-
-
-class _Numbers:
-    """`make_setup`'s settings as plain Python numbers: integers and reals of every kind accepted alike (NumPy
-    scalars, 0-d JAX arrays), anything else (a string, a list, a bool for a number) refused with one line naming
-    the setting, what it got and what is valid."""
-
-    def __init__(self, label: Callable[[str], str]):
-        self.label = label
-
-    def int(self, name: str, value: Any, none: bool = False) -> int | None:
-        if value is None and none:
-            return None
-        v = _integer(value)
-        if v is None:
-            real = _real(value)
-            hint = f"; write {int(real)}" if real is not None and math.isfinite(real) and real == int(real) else ""
-            raise TttError(f"{self.label(name)} must be an integer{' or None' if none else ''}{hint}, got "
-                           f"{value!r} ({type(value).__name__})")  # fmt: skip
-        if abs(v) > MAX_COUNT:
-            raise TttError(f"{self.label(name)} = {v} is too large: at most {MAX_COUNT} (2^30; the compiled "
-                           "program counts in 32-bit integers)")  # fmt: skip
-        return v
-
-    def float(self, name: str, value: Any, none: bool = False) -> float | None:
-        if value is None and none:
-            return None
-        v = _real(value)
-        if v is None:
-            hint = ""
-            if isinstance(value, str):
-                try:
-                    hint = f"; write the number itself, {name}={float(value)!r}, not a string"
-                except ValueError:
-                    pass
-            raise TttError(f"{self.label(name)} must be a number{' or None' if none else ''}, got {value!r} "
-                           f"({type(value).__name__}){hint}")  # fmt: skip
-        return v
-
-    def bool(self, name: str, value: Any) -> bool:
-        import numpy as np
-
-        if not isinstance(value, bool | np.bool_):
-            raise TttError(f"{self.label(name)} must be True or False, got {value!r} ({type(value).__name__})")
-        return bool(value)
+def _bucket(bucket: int | None | str, label: Callable[[str], str]) -> int | None:
+    """`make_setup`'s `bucket`: 'auto' as `default_bucket()`; else None (the whole batch) or an int >= 1."""
+    if bucket == "auto":
+        return default_bucket()
+    if bucket is not None:
+        bucket = as_int(label("bucket"), bucket, none=True)
+    if bucket is not None and bucket < 1:
+        raise TttError(f"{label('bucket')} must be an int >= 1, None (the whole batch) or 'auto', got {bucket!r}")
+    return bucket
 
 
 def ttgs_config(
@@ -299,10 +149,10 @@ def ttgs_config(
             raise TttError(f"{label('ttgs')}: unknown field(s) {', '.join(unknown)}; valid: "
                            f"{', '.join(f.name for f in dataclasses.fields(TTGSConfig))}")  # fmt: skip
         for k, v in fields.items():  # NumPy / 0-d JAX numbers as Python's (the config checks Python types)
-            if _integer(v) is not None and not isinstance(v, int):
-                fields[k] = _integer(v)
-            elif _real(v) is not None and not isinstance(v, int | float):
-                fields[k] = _real(v)
+            if integer(v) is not None and not isinstance(v, int):
+                fields[k] = integer(v)
+            elif real(v) is not None and not isinstance(v, int | float):
+                fields[k] = real(v)
         fields.setdefault("distance", "value" if has_value else "l2")
         tau, threshold = published_tau_threshold(backbone.name, dataset)
         fields.setdefault("tau", tau)
@@ -419,10 +269,7 @@ def checkpoint_data(meta: dict, dataset: str, data_dir: str | os.PathLike | None
 
 def setting_names() -> tuple[str, ...]:
     """The evaluation settings `make_setup` (and `load_run`) take by keyword."""
-    import inspect
-
-    kinds = inspect.signature(make_setup).parameters.values()
-    return tuple(p.name for p in kinds if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("label",))
+    return ("backend", "transforms", "ttgs", "bucket", *setup_names())
 
 
 def _check_settings(settings: dict) -> None:

@@ -27,132 +27,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ttt.data.specs import SPECS
 from ttt.errors import TttError
 from ttt.presets import AGENTS, PROFILES
 from ttt.safe_files import MAX_TOML_BYTES, TooDeep, loads_toml, read_text, show
 from ttt.select import IGNORED_BY_RULE
+from ttt.settings import CRITIC_VARIANTS, SETTINGS, Setting, check_range, eval_key_names, markdown
 from ttt.storage import file_name
 
-VARIANTS = ("base", "ttt", "ttt-mc", "ttgs", "ttt+ttgs")
-CRITIC_VARIANTS = ("ttt", "ttt+ttgs")  # GC-TTT ranking by the critic
-SELECTIONS = ("both", "relevant", "optimal", "random", "random-rank")
-
-
-@dataclasses.dataclass(frozen=True)
-class Key:
-    """One run key: accepted kinds (`int`, `float`, `str`, `bool`, `list[int]`, `table`), default, meaning, and an
-    optional range check with its description."""
-
-    kind: str
-    default: Any
-    help: str
-    nullable: bool = False
-    choices: tuple | None = None
-    check: Callable[[Any], bool] | None = None
-    valid: str = ""
-
-
-def _dataset_names() -> tuple:
-    return tuple(SPECS)
-
-
-def _agent_names() -> tuple:
-    return tuple(AGENTS)
-
-
-def _profile_names() -> tuple:
-    return tuple(PROFILES)
-
-
-_pos = (lambda x: x >= 1, ">= 1")
-_nonneg = (lambda x: x >= 0, ">= 0")
-_gt0 = (lambda x: x > 0, "> 0")
-_unit = (lambda x: 0 <= x <= 1, "in [0, 1]")
-
-RUN_KEYS: dict[str, Key] = {
-    # What the row is.
-    "name": Key("str", None, "row name, unique in the pipeline (default: agent-variant-dataset)", nullable=True),
-    "group": Key("str", "main", "report section the row belongs to"),
-    "dataset": Key("str", "pointmaze-medium-navigate-v0", "OGBench dataset", choices=_dataset_names),
-    "agent": Key("str", "gcbc", "backbone preset", choices=_agent_names),
-    "variant": Key("str", "base", "base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (no critic), ttgs (test-time "
-                   "graph search), ttt+ttgs (ttt towards TTGS's subgoal)", choices=VARIANTS),
-    "paper": Key("float", None, "the paper's success rate for this row (shown beside ours)", nullable=True),
-    "paper_se": Key("float", None, "the paper's standard error for this row", nullable=True),
-    "paper_ref": Key("str", None, "where the paper's figure comes from (e.g. 'Table 1')", nullable=True),
-    "paper_dataset": Key("str", None, "the dataset the paper's figure is for: a row on another dataset shows none",
-                         nullable=True),
-    # Stage 1: data.
-    "data_episodes": Key("int", None, "training episodes to generate (null: OGBench's full size)", True, None, *_pos),
-    "data_seed": Key("int", 0, "generation seed", False, None, *_nonneg),
-    "data_dir": Key("str", None, "dataset directory (null: OGBench's for full size, else the cache)", nullable=True),
-    "expert": Key("str", None, "antmaze / humanoidmaze: the expert that generates the data (`ttt expert train "
-                  "ROBOT`'s expert.npz)", nullable=True),
-    # Stage 2: pre-training.
-    "profile": Key("str", "cpu", "network/batch/steps profile", choices=_profile_names),
-    "steps": Key("int", None, "pre-training steps (null: the profile's)", True, None, *_pos),
-    "seeds": Key("int", 3, "training seeds (one program trains all)", False, None, *_pos),
-    "train_seed": Key("int", 0, "root seed of pre-training", False, None, *_nonneg),
-    "train_chunk": Key("int", 1000, "pre-training steps per compiled chunk / checkpoint", False, None, *_pos),
-    "agent_config": Key("table", {}, "backbone config overrides, e.g. { actor_hidden_dims = [512, 512] }"),
-    "checkpoint": Key("str", None, "use this checkpoint, not a pre-trained one (null: the cache's); the row's dataset, "
-                  "agent, profile, steps and seeds are the checkpoint's", nullable=True),
-    # Stage 3: evaluation.
-    "episodes": Key("int", 10, "evaluation episodes per task and seed", False, None, *_pos),
-    "tasks": Key("list[int]", [1, 2, 3, 4, 5], "evaluation tasks", check=lambda t: all(1 <= x <= 5 for x in t) and
-                 len(t) > 0 and len(set(t)) == len(t), valid="distinct task ids in 1..5"),
-    "eval_seed": Key("int", 0, "evaluation seed (start/goal noise, TTT keys)", False, None, *_nonneg),
-    "K": Key("int", 100, "TTT period: environment steps per round", False, None, *_pos),
-    "N": Key("int", 100, "fine-tuning steps per round", False, None, *_pos),
-    "lr": Key("float", 3e-4, "fine-tuning learning rate", False, None, *_gt0),
-    "q": Key("float", 0.05, "fraction of relevant sub-trajectories kept", False, None, lambda x: 0 < x <= 1,
-             "in (0, 1]"),
-    "eps": Key("float", None, "relevance radius (null: the environment's goal threshold)", True, None, *_gt0),
-    "h_min": Key("int", 10, "shortest sub-trajectory with a critic", False, None, *_pos),
-    "H": Key("int", None, "fixed return horizon in rows (null: dynamic, the paper's)", True, None, lambda x: x >= 2,
-             ">= 2"),
-    "mix": Key("float", 0.0, "fraction of TTT batches drawn uniformly from the dataset", False, None, *_unit),
-    "noise_alpha": Key("float", 0.0, "value-noise scale alpha (returns += N(0, (alpha mean|G|)^2))", False, None,
-                       *_nonneg),
-    "relevance": Key("str", "distance", "relevance criterion", choices=("distance", "value")),
-    "c_rel": Key("float", None, "value-relevance threshold C (relevance = 'value')", nullable=True),
-    "selection": Key("str", "both", "selection: both, relevant only, optimal only, random, random-rank (relevant "
-                     "rows ranked by random scores; rule paper)", choices=SELECTIONS),
-    "rule": Key("str", None, "selection rule: paper (the paper's text), episodes (the published code's critic "
-                "rule), mc-episodes (its critic-free rule); null: episodes for variant ttt, paper for ttt-mc; "
-                "docs/algorithm.md", nullable=True, choices=("paper", "episodes", "mc-episodes")),
-    "critic": Key("str", "learned", "values for selection: learned, or oracle (maze shortest paths; point mazes)",
-                  choices=("learned", "oracle")),
-    "n_episodes": Key("int", 10, "rule episodes: dataset episodes kept per round", False, None, *_pos),
-    "slack": Key("int", 10, "rule mc-episodes: rows kept past the goal row", False, None, *_nonneg),
-    "once": Key("bool", False, "fine-tune once, at the episode's start (K = the episode length)"),
-    "reset_after_horizon": Key("bool", False, "act with the pre-trained agent once a round has run longer than its "
-                               "longest kept span"),
-    "reuse_adam": Key("bool", False, "fine-tune from the pre-training Adam state (else a fresh one each round)"),
-    "batch": Key("int", None, "TTT batch size (null: the pre-training one)", True, None, *_pos),
-    "ft_train": Key("str", "all", "networks fine-tuning moves: all (value, critic, actor), actor (the policy only)",
-                    choices=("all", "actor")),
-    "ft_alpha": Key("float", None, "the backbone's BC weight alpha during fine-tuning (null: the checkpoint's)", True,
-                    None, *_nonneg),
-    "ttgs": Key("table", {}, "variants ttgs and ttt+ttgs: test-time graph search settings (ttt.graph.TTGSConfig "
-                "fields), e.g. { n_vertices = 1000, tau = 24, threshold = 48 }; {}: the published defaults"),
-    "driver": Key("str", "auto", "episode driver", choices=("auto", "compiled", "host")),
-    "backend": Key("str", "mujoco", "physics of the in-program env", choices=("mujoco", "mjx")),
-    "chunk": Key("int", 25, "episodes per compiled program call, at most (calls split evenly)", False, None, *_pos),
-    "bucket": Key("int", None, "episodes of a compiled call fine-tuned together each round (0: the whole call, for "
-                  "a GPU; null: 1 on a CPU, 0 elsewhere); speed only, not in the evaluation's key", True, None,
-                  *_nonneg),
-    "figure": Key("bool", False, "save the data selected during one episode (the paper's Figure 2)"),
-}  # fmt: skip
+RUN_KEYS = SETTINGS  # a run's keys: the settings' one declaration (`ttt.settings`)
+Key = Setting
 
 TOP_KEYS = ("name", "description", "defaults", "run")
-EVAL_KEYS = ("episodes", "tasks", "eval_seed", "K", "N", "lr", "q", "eps", "h_min", "H", "mix", "noise_alpha",
-             "relevance", "c_rel", "selection", "batch", "driver", "backend", "rule", "critic", "n_episodes", "slack",
-             "once", "reset_after_horizon", "reuse_adam", "ft_train", "ft_alpha", "ttgs")  # fmt: skip
+EVAL_KEYS = eval_key_names()
 # Evaluation keys added after records existed: they enter an evaluation's content key only when they differ from
 # their default, so the records made before them keep their keys.
-LATE_EVAL_KEYS = ("ft_train", "ft_alpha", "ttgs")
+LATE_EVAL_KEYS = tuple(k for k, v in SETTINGS.items() if v.late)
 TRAIN_KEYS = ("dataset", "agent", "profile", "steps", "seeds", "train_seed", "agent_config")
 
 
@@ -165,12 +54,8 @@ class Pipeline:
 
 
 def keys_markdown() -> str:
-    """The run keys as README.md's markdown table (key, type, default, meaning), from `RUN_KEYS` itself."""
-    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    for name, k in RUN_KEYS.items():
-        meaning = k.help.replace("|", "\\|")
-        lines.append(f"| `{name}` | {k.kind} | {json.dumps(k.default)} | {meaning} |")
-    return "\n".join(lines)
+    """The run keys as docs/reference.md's markdown table, from the declaration itself (`ttt.settings.markdown`)."""
+    return markdown()
 
 
 def _kind_ok(kind: str, v: Any) -> bool:
@@ -205,25 +90,27 @@ def _unknown(keys, valid, where: str) -> None:
         raise TttError(f"{where}: unknown key(s) {', '.join(bad)}; valid keys: {', '.join(valid)}")
 
 
-def check_value(key: str, v: Any, where: str) -> Any:
-    """Validate one run value; returns it normalised (ints as floats for float keys)."""
-    spec = RUN_KEYS[key]
+def check_value(key: str, v: Any, where: str, label: Callable[[str], str] = str) -> Any:
+    """Validate one run value (its kind here, its range by the declaration: `ttt.settings.check_range`); returns it
+    normalised (ints as floats for float keys). `label(key)`: how the error names the key."""
+    spec, name = RUN_KEYS[key], label(key)
     if v is None:
         if spec.nullable:
             return None
-        raise TttError(f"{where}: {key} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got null")
+        raise TttError(f"{where}: {name} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got null")
     if not _kind_ok(spec.kind, v):
-        raise TttError(f"{where}: {key} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got {json.dumps(v)}")
+        raise TttError(f"{where}: {name} must be {_KIND_NAMES[spec.kind]} ({spec.help}), got {json.dumps(v)}")
     if spec.kind == "float":
         v = float(v)
         if not math.isfinite(v):
-            raise TttError(f"{where}: {key} must be a finite number ({spec.help}), got {v}")
-    if spec.choices is not None:
-        choices = spec.choices() if callable(spec.choices) else spec.choices
-        if v not in choices:
-            raise TttError(f"{where}: {key} = {json.dumps(v)} is not valid; valid: {', '.join(choices)}")
-    if spec.check is not None and not spec.check(v):
-        raise TttError(f"{where}: {key} must be {spec.valid} ({spec.help}), got {json.dumps(v)}")
+            raise TttError(f"{where}: {name} must be a finite number ({spec.help}), got {v}")
+    choices = spec.choice_list()
+    if choices is not None and v not in choices:
+        raise TttError(f"{where}: {name} = {json.dumps(v)} is not valid; valid: {', '.join(choices)}")
+    try:
+        check_range(key, v, label)
+    except TttError as e:
+        raise TttError(f"{where}: {e}") from None
     return v
 
 
@@ -276,8 +163,9 @@ def expand_grid(run: dict, where: str) -> list[dict]:
     return out
 
 
-def resolve_run(raw: dict, defaults: dict, sets: dict, where: str) -> dict:
-    """Defaults <- file defaults <- the run <- --set, every value checked; the full flat dict of the run."""
+def resolve_run(raw: dict, defaults: dict, sets: dict, where: str, label: Callable[[str], str] = str) -> dict:
+    """Defaults <- file defaults <- the run <- --set, every value checked; the full flat dict of the run. `label`:
+    how errors name a key (`ttt eval` names its options)."""
     merged = {k: v.default for k, v in RUN_KEYS.items()}
     merged.update(defaults)
     merged.update(raw)
@@ -285,7 +173,7 @@ def resolve_run(raw: dict, defaults: dict, sets: dict, where: str) -> dict:
     grid_keys = merged.pop("_grid", [])
     out = {}
     for k in RUN_KEYS:
-        out[k] = check_value(k, merged[k], where)
+        out[k] = check_value(k, merged[k], where, label)
     if out["checkpoint"] is not None:  # first: the name and every check below use the checkpoint's values
         # Every key the user wrote counts, [defaults] included: a value that the checkpoint contradicts is refused,
         # never silently replaced.
@@ -300,7 +188,7 @@ def resolve_run(raw: dict, defaults: dict, sets: dict, where: str) -> dict:
     _check_read_by_rule(out, (set(raw) | set(defaults)) - set(sets) - {"_grid", "grid"}, set(raw), where)
     if out["variant"] not in ("base", "ttgs"):  # `--set` of a key this row's rule ignores leaves the row as it was
         for k in set(sets) & set(IGNORED_BY_RULE[effective_rule(out)]):
-            out[k] = check_value(k, raw.get(k, defaults.get(k, RUN_KEYS[k].default)), where)
+            out[k] = check_value(k, raw.get(k, defaults.get(k, RUN_KEYS[k].default)), where, label)
     return out
 
 

@@ -58,7 +58,9 @@ def checkpoint_dir(train, dataset: str, data_hash: str) -> Path:
     return train.root / f"{train.agent}-{train.profile}-{checkpoint_key(train, dataset, data_hash)}"
 
 
-BASE_EVAL_KEYS = ("episodes", "tasks", "eval_seed", "driver", "backend")  # all that a base row depends on
+# all that a base row depends on (episodes, tasks, eval_seed, driver, backend): the declaration's settings that every
+# variant reads
+BASE_EVAL_KEYS = tuple(k for k in EVAL_KEYS if "base" in RUN_KEYS[k].variants)
 
 
 def checkpoint_identity(ckpt: Path, meta: dict) -> dict:

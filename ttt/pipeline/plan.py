@@ -35,6 +35,7 @@ from ttt.pipeline.config import Pipeline, effective_rule
 from ttt.pipeline.keys import cache_root, data_dir, eval_settings
 from ttt.pipeline.settings import relevance_everywhere, select_random_rank
 from ttt.presets import agent_configs, get_profile
+from ttt.settings import setup_names
 from ttt.setups import make_setup
 from ttt.storage import check_memory
 
@@ -102,7 +103,7 @@ class RunPlan:
     eval: EvalPlan
 
 
-def plan_run(run: dict, cache: str | Path | None = None) -> RunPlan:
+def plan_run(run: dict, cache: str | Path | None = None, *, where: str | None = None, label=None) -> RunPlan:
     """Resolve a run (a row of a loaded pipeline) into its `RunPlan`, making every check that needs no data or
     training: the backbone config overrides (keys, types, ranges), sizes the machine's memory cannot hold, and every
     evaluation setting (`make_setup`'s checks: the period K against the episode length, the need for a value
@@ -113,7 +114,7 @@ def plan_run(run: dict, cache: str | Path | None = None) -> RunPlan:
     train = _train_plan(run, spec, cache, where)
     max_steps = max_episode_steps(spec.env_id)
     data = _data_plan(run, spec, cache, where)
-    evaluation = _eval_plan(run, spec, train, max_steps, where)
+    evaluation = _eval_plan(run, spec, train, max_steps, where, label)
     return RunPlan(run["name"], MappingProxyType(dict(run)), data, train, evaluation)
 
 
@@ -159,7 +160,7 @@ def _data_plan(run: dict, spec: DatasetSpec, cache: Path, where: str) -> DataPla
     return DataPlan(spec, episodes, run["data_seed"], data_dir(run, cache), cached, run["expert"])
 
 
-def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, where: str) -> EvalPlan:
+def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, where: str, label=None) -> EvalPlan:
     n = run["seeds"] * len(run["tasks"]) * run["episodes"]
     check_memory(eval_bytes_of(n, max_steps, spec), f"{where}: episodes = {run['episodes']} ({n} episodes with "
                  "every seed and task)", "ask for fewer episodes")  # fmt: skip
@@ -170,9 +171,11 @@ def _eval_plan(run: dict, spec: DatasetSpec, train: TrainPlan, max_steps: int, w
         settings["ttgs"] = dict(run["ttgs"])
     try:  # the evaluation's setup, made and checked once (every setting's type and range, against the backbone and
         # the episode length), and the memory of one compiled call (fine-tuning batches, TTGS graphs)
-        setup = make_setup(run["variant"], train.backbone, train.cfg, train.sampler, spec, max_steps, **settings)
+        setup = make_setup(run["variant"], train.backbone, train.cfg, train.sampler, spec, max_steps,
+                           label=label or str, **settings)  # fmt: skip
         check_eval_memory(setup, n, run["chunk"])
-        driver = resolve_driver(run["driver"], run["backend"], spec.env_id)
+        say = {} if label is None else dict(say=lambda name, value: f"{label(name)} {value}")
+        driver = resolve_driver(run["driver"], run["backend"], spec.env_id, **say)
     except TttError as e:
         raise TttError(f"{where}: {e}") from None
     key = MappingProxyType(eval_settings(run, spec.env_id))
@@ -192,10 +195,6 @@ def _ttt_settings(run: dict) -> dict[str, Any]:
         transforms = dataclasses.replace(transforms, relevance=relevance_everywhere)
     if run["selection"] == "random-rank":
         transforms = dataclasses.replace(transforms, select=select_random_rank)
-    q = 1.0 if run["selection"] in ("relevant", "random") else run["q"]
-    return dict(K=run["K"], N=run["N"], lr=run["lr"], q=q, eps=run["eps"], h_min=run["h_min"], H=run["H"],
-                mix=run["mix"], noise_alpha=run["noise_alpha"], relevance=run["relevance"], c_rel=run["c_rel"],
-                rule=effective_rule(run), n_episodes=run["n_episodes"], slack=run["slack"], batch=run["batch"],
-                critic=run["critic"], once=run["once"], reset_after_horizon=run["reset_after_horizon"],
-                reuse_adam=run["reuse_adam"], ft_train=run["ft_train"], ft_alpha=run["ft_alpha"],
-                bucket="auto" if run["bucket"] is None else run["bucket"] or None, transforms=transforms)  # fmt: skip
+    settings = {k: run[k] for k in setup_names()}  # every GC-TTT setting the declaration gives make_setup
+    settings.update(q=1.0 if run["selection"] in ("relevant", "random") else run["q"], rule=effective_rule(run))
+    return dict(settings, bucket="auto" if run["bucket"] is None else run["bucket"] or None, transforms=transforms)
