@@ -136,7 +136,7 @@ def test_eval_with_the_published_rules_and_the_oracle(trained, capsys):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--variants", "ttt-mc", "--critic", "oracle"], "--critic oracle replaces the learned critic of variant ttt"),
+        (["--variants", "ttt-mc", "--critic", "oracle"], "--critic changes nothing here: only variant(s) ttt"),
         (["--variants", "ttt", "--n-episodes", "0"], "--n-episodes must be >= 1"),
         (["--variants", "ttt-mc", "--rule", "mc-episodes", "--slack", "-1"], "--slack must be >= 0"),
         (["--variants", "ttt", "--bucket", "-1"], "--bucket must be >= 1 episodes, or 0 for the whole call at once"),

@@ -114,7 +114,7 @@ def test_ttt_eval_runs_base_and_ttt(checkpoint, capsys):
         (["--N", "-1"], "--N (fine-tuning steps per round) must be >= 1, got -1"),
         (["--eps", "0"], "--eps (relevance radius) must be a finite number > 0, got 0.0"),
         (["--variants", "ttt,best"], "unknown variant(s) best; valid: base, ttt, ttt-mc"),
-        (["--tasks", "9"], "task 9 does not exist in pointmaze-medium-v0; valid: 1..5"),
+        (["--tasks", "9"], "--tasks must be distinct task ids in 1..5, got [9]"),
     ],
 )
 def test_bad_ttt_settings_are_refused_before_any_work(checkpoint, capsys, args, expect):

@@ -270,7 +270,7 @@ def test_interrupted_eval_says_whether_anything_was_saved(tiny, tmp_path, capsys
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("ttt.evaluation.evaluate", interrupted)
+    monkeypatch.setattr("ttt.pipeline.stages.evaluate", interrupted)  # `ttt eval` evaluates through the stage
     extra = ["--json", str(tmp_path / "e.json")] if json_out else []
     rc, _, err = run(["eval", str(tiny / "ck"), "--dir", str(tiny / "data"), "--episodes", "1", "--tasks", "1",
                       "--variants", "base", *extra], capsys)  # fmt: skip

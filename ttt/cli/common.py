@@ -129,3 +129,31 @@ def parse_json_sets(pairs: tuple[str, ...]) -> dict:
         except TttError:
             out[k.strip()] = v
     return out
+
+
+def setting_options(names: tuple[str, ...]):
+    """Click options derived from the settings' one declaration (`ttt.settings.SETTINGS`): each setting's option,
+    type (its choices), default and help, so a setting declared there is an option of the command (docs/reference.md,
+    the settings table). A list of integers is written comma-separated; a table as repeatable KEY=VALUE options."""
+    from ttt.settings import SETTINGS, option_name
+
+    def option(name: str) -> dict:
+        s = SETTINGS[name]
+        text = s.help[0].upper() + s.help[1:] + "."
+        if s.kind == "bool":
+            return dict(is_flag=True, default=s.default, help=text)
+        if s.kind == "table":
+            return dict(multiple=True, metavar="KEY=VALUE", help=text + " Repeatable: --ttgs KEY=VALUE per field.")
+        if s.kind == "list[int]":
+            return dict(type=str, default=",".join(map(str, s.default)), show_default=True, help=text)
+        kind = click.Choice(s.choices) if isinstance(s.choices, tuple) else {"int": int, "float": float, "str": str}
+        kind = kind if isinstance(kind, click.Choice) else kind[s.kind]
+        default = s.default if s.stage == "eval" else None  # a row's data or checkpoint: the checkpoint's
+        return dict(type=kind, default=default, show_default=default is not None, help=text)
+
+    def decorate(f):
+        for name in reversed(names):
+            f = click.option(option_name(name), name, **option(name))(f)
+        return f
+
+    return decorate
