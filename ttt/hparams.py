@@ -33,6 +33,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ttt.errors import TttError
+from ttt.settings import SETTINGS
 
 TRACED = ("lr", "q", "eps", "mix", "noise_alpha", "temperature")
 Q_MAX_DENOMINATOR = 10_000
@@ -77,19 +78,18 @@ def _number(name: str, value: Any, ok, valid: str) -> float:
     return float(value)
 
 
+# The ranges of the settings that are declared once (`ttt.settings.SETTINGS`), and the action noise's.
 CHECKS = {
-    "lr": (lambda v: v > 0, "> 0"),
-    "q": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "eps": (lambda v: v > 0, "> 0"),
-    "mix": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "noise_alpha": (lambda v: v >= 0, ">= 0"),
+    **{k: (SETTINGS[k].check, SETTINGS[k].valid) for k in ("lr", "q", "eps", "mix", "noise_alpha")},
     "temperature": (lambda v: v >= 0, ">= 0"),
 }
 
 
 def defaults(ttt, goal_eps: float, user: Mapping[str, float] = ()) -> dict[str, float]:
     """The traced settings a `TTTConfig` (None: base policy) states, by name (`TRACED`), and the user's."""
-    out = {"lr": 3e-4, "q": 0.05, "eps": float(goal_eps), "mix": 0.0, "noise_alpha": 0.0, "temperature": 0.0}
+    declared = {k: float(SETTINGS[k].default) for k in ("lr", "q", "mix", "noise_alpha")}  # the declared defaults
+    out = dict(lr=declared["lr"], q=declared["q"], eps=float(goal_eps), mix=declared["mix"],
+               noise_alpha=declared["noise_alpha"], temperature=0.0)  # fmt: skip
     if ttt is not None:
         sel = ttt.select
         out.update(lr=float(ttt.finetune.lr), q=float(sel.q), mix=float(sel.mix), noise_alpha=float(sel.noise_alpha),

@@ -10,7 +10,13 @@ from ttt.errors import TttError
 
 @click.command("run")
 @click.argument("pipeline")
-@click.option("--set", "sets", multiple=True, help="Override a run key in every run: key=value (repeatable).")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    help="Override a run key in every run: key=value (repeatable). The keys: the settings' declaration "
+    "(ttt.settings; docs/reference.md's table).",
+)
 @click.option("--out", type=str, default=None, help="Output directory (default: runs/<pipeline name>).")
 @click.option("--cache", type=str, default=None, help="Artifact cache (default: $TTT_CACHE or ~/.cache/ttt).")
 @click.option(
