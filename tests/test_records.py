@@ -139,3 +139,24 @@ def test_the_migration_has_nothing_left_to_do():
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "migrations" / "records_schema2.py"), "--check"],
                        capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_ttt_eval_is_a_pipeline_row(tiny, tmp_path, capsys):
+    """`ttt eval` evaluates each variant as a `ttt run` row naming the checkpoint: the same content key, the same
+    record (its results equal), and a rerun with the same `--json` keeps the variant by that key."""
+    row = f'name = "r"\nvariant = "base"\ncheckpoint = "{tiny / "ck"}"\ndata_dir = "{tiny / "data"}"\n'
+    (tmp_path / "p.toml").write_text(f'name = "p"\n[[run]]\n{row}data_episodes = 3\nepisodes = 1\ntasks = [2]\n')
+    rc, _, err = run(["run", str(tmp_path / "p.toml"), "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "c")],
+                     capsys)  # fmt: skip
+    assert rc == 0, err
+    (rec,) = json.loads((tmp_path / "out" / "results.json").read_text())["records"]
+    argv = ["eval", str(tiny / "ck"), "--episodes", "1", "--tasks", "2", "--dir", str(tiny / "data"), "--variants",
+            "base", "--json", str(tmp_path / "e.json")]  # fmt: skip
+    rc, out, err = run(argv, capsys)
+    assert rc == 0, err
+    mine = json.loads((tmp_path / "e.json").read_text())["variants"]["base"]
+    assert mine["eval_key"] == rec["eval_key"] and mine["schema"] == rec["schema"] == SCHEMA
+    assert set(mine) == set(rec) and (mine["success"], mine["steps"]) == (rec["success"], rec["steps"])
+    assert "base: gcbc on " in out and "per seed:" in out
+    rc, out, err = run(argv, capsys)
+    assert rc == 0 and "base: kept from" in out, err
