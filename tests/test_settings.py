@@ -19,7 +19,8 @@ def test_the_evaluation_keys_are_the_records():
     from ttt.pipeline.config import EVAL_KEYS, LATE_EVAL_KEYS, RUN_KEYS
     from ttt.pipeline.keys import BASE_EVAL_KEYS
 
-    assert RUN_KEYS is SETTINGS
+    assert list(RUN_KEYS) == list(SETTINGS) and RUN_KEYS["q"] is SETTINGS["q"]
+    assert "antmaze-medium-navigate-v0" in RUN_KEYS["dataset"].choice_list() and "gcbc" in RUN_KEYS["agent"].choices()
     # A setting added since enters the key only when set (late): the committed records keep their keys.
     assert RECORD_EVAL_KEYS <= set(EVAL_KEYS) and set(EVAL_KEYS) - RECORD_EVAL_KEYS <= set(LATE_EVAL_KEYS)
     assert {"ft_train", "ft_alpha", "ttgs"} <= set(LATE_EVAL_KEYS) and not set(LATE_EVAL_KEYS) & {"K", "q", "rule"}

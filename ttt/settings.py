@@ -33,7 +33,8 @@ class Setting:
     `what`: the short name range errors give in brackets; `stage`: `row`, `data`, `train` or `eval`; `variants`:
     the variants that read it; `key`: in an evaluation's content key (`late`: only when not the default, added after
     records existed); `option`: its `ttt eval` option (None: `--name`, '' none); `setup`: a keyword of
-    `ttt.make_setup`."""
+    `ttt.make_setup`. (The names a registry declares, datasets, agents and profiles, are its choices: added by
+    `ttt.pipeline.config.RUN_KEYS`, so this module imports nothing above it.)"""
 
     kind: str
     default: Any
@@ -54,24 +55,6 @@ class Setting:
         return self.choices() if callable(self.choices) else self.choices
 
 
-def _datasets() -> tuple:
-    from ttt.data.specs import SPECS
-
-    return tuple(SPECS)
-
-
-def _agents() -> tuple:
-    from ttt.presets import AGENTS
-
-    return tuple(AGENTS)
-
-
-def _profiles() -> tuple:
-    from ttt.presets import PROFILES
-
-    return tuple(PROFILES)
-
-
 _pos = dict(check=lambda x: x >= 1, valid=">= 1")
 _nonneg = dict(check=lambda x: x >= 0, valid=">= 0")
 _fin_pos = dict(check=lambda x: x > 0, valid="a finite number > 0")
@@ -87,8 +70,8 @@ SETTINGS: dict[str, Setting] = {
     "name": Setting("str", None, "row name, unique in the pipeline (default: agent-variant-dataset)", True, **_row),
     "group": Setting("str", "main", "report section the row belongs to", **_row),
     "dataset": Setting("str", "pointmaze-medium-navigate-v0", "OGBench dataset (ttt eval: default the checkpoint's)",
-                       choices=_datasets, stage="train", option=None),
-    "agent": Setting("str", "gcbc", "backbone preset", choices=_agents, **_train),
+                       stage="train", option=None),  # its choices: the datasets' registry (`ttt.data.specs`)
+    "agent": Setting("str", "gcbc", "backbone preset", **_train),  # choices: the presets' registry
     "variant": Setting("str", "base", "base (no TTT), ttt (GC-TTT, critic returns), ttt-mc (no critic), ttgs "
                        "(test-time graph search), ttt+ttgs (ttt towards TTGS's subgoal)", choices=VARIANTS, **_row),
     "paper": Setting("float", None, "the paper's success rate for this row (shown beside ours)", True, **_row),
@@ -105,7 +88,7 @@ SETTINGS: dict[str, Setting] = {
     "expert": Setting("str", None, "antmaze / humanoidmaze: the expert that generates the data (`ttt expert train "
                       "ROBOT`'s expert.npz)", True, **_data),
     # Stage 2: pre-training.
-    "profile": Setting("str", "cpu", "network/batch/steps profile", choices=_profiles, **_train),
+    "profile": Setting("str", "cpu", "network/batch/steps profile", **_train),  # choices: the presets' registry
     "steps": Setting("int", None, "pre-training steps (null: the profile's)", True, **_pos, **_train),
     "seeds": Setting("int", 3, "training seeds (one program trains all)", **_pos, **_train),
     "train_seed": Setting("int", 0, "root seed of pre-training", **_nonneg, **_train),

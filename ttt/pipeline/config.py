@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ttt.data.specs import SPECS
 from ttt.errors import TttError
 from ttt.presets import AGENTS, PROFILES
 from ttt.safe_files import MAX_TOML_BYTES, TooDeep, loads_toml, read_text, show
@@ -34,7 +35,9 @@ from ttt.select import IGNORED_BY_RULE
 from ttt.settings import CRITIC_VARIANTS, SETTINGS, Setting, check_range, eval_key_names, markdown
 from ttt.storage import file_name
 
-RUN_KEYS = SETTINGS  # a run's keys: the settings' one declaration (`ttt.settings`)
+# A run's keys: the settings' one declaration (`ttt.settings`), with the choices their registries declare.
+_REGISTRIES = {"dataset": lambda: tuple(SPECS), "agent": lambda: tuple(AGENTS), "profile": lambda: tuple(PROFILES)}
+RUN_KEYS = {k: dataclasses.replace(s, choices=_REGISTRIES[k]) if k in _REGISTRIES else s for k, s in SETTINGS.items()}
 Key = Setting
 
 TOP_KEYS = ("name", "description", "defaults", "run")
