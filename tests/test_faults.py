@@ -318,7 +318,7 @@ def test_n_zero_is_refused_everywhere(tiny, tmp_path, capsys):
         ttt.load_run(tiny / "ck", data_dir=tiny / "data", variant="ttt-mc", N=0)
     (tmp_path / "p.toml").write_text('name = "p"\n[[run]]\nvariant = "ttt-mc"\nN = 0\n')
     rc, _, err = run(["run", str(tmp_path / "p.toml"), "--dry-run"], capsys)
-    assert rc == 2 and "N must be >= 1" in one_line_error(err)
+    assert rc == 2 and "N (fine-tuning steps per round) must be >= 1" in one_line_error(err)
 
 
 # ------------------------------------------------------------------------------- 8. settings the rule does not read

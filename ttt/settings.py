@@ -30,11 +30,11 @@ MAX_COUNT = 2**30  # the largest count (K, N, batch, h_min, ...) the compiled pr
 class Setting:
     """One setting: its kind (`int`, `float`, `str`, `bool`, `list[int]`, `table`), default and meaning; `nullable`
     (null allowed), `choices` (a tuple, or a function returning one), `check` and `valid` (a range and its words);
-    `what`: the short name range errors give in brackets; `stage`: `row`, `data`, `train` or `eval`; `variants`:
-    the variants that read it; `key`: in an evaluation's content key (`late`: only when not the default, added after
-    records existed); `option`: its `ttt eval` option (None: `--name`, '' none); `setup`: a keyword of
-    `ttt.make_setup`. (The names a registry declares, datasets, agents and profiles, are its choices: added by
-    `ttt.pipeline.config.RUN_KEYS`, so this module imports nothing above it.)"""
+    `what`: the short name range errors give in brackets, `note` what they add; `stage`: `row`, `data`, `train` or
+    `eval`; `variants`: the variants that read it; `key`: in an evaluation's content key (`late`: only when not the
+    default, added after records existed); `option`: its `ttt eval` option (None: `--name`, '' none); `setup`: a
+    keyword of `ttt.make_setup`. (The names a registry declares, datasets, agents and profiles, are its choices:
+    added by `ttt.pipeline.config.RUN_KEYS`, so this module imports nothing above it.)"""
 
     kind: str
     default: Any
@@ -44,6 +44,7 @@ class Setting:
     check: Callable[[Any], bool] | None = None
     valid: str = ""
     what: str = ""
+    note: str = ""
     stage: str = "eval"
     variants: tuple[str, ...] = VARIANTS
     key: bool = False
@@ -104,7 +105,8 @@ SETTINGS: dict[str, Setting] = {
     "eval_seed": Setting("int", 0, "evaluation seed (start/goal noise, TTT keys)", check=lambda x: 0 <= x < 2**63,
                          valid="in [0, 2^63)", key=True, option="--seed"),
     "K": Setting("int", 100, "TTT period: environment steps per round", valid="in [1, the episode length]", **_ttt),
-    "N": Setting("int", 100, "fine-tuning steps per round", **_pos, what="fine-tuning steps per round", **_ttt),
+    "N": Setting("int", 100, "fine-tuning steps per round", **_pos, what="fine-tuning steps per round",
+                 note="for no fine-tuning evaluate variant 'base'", **_ttt),
     "lr": Setting("float", 3e-4, "fine-tuning learning rate", **_fin_pos, **_ttt),
     "q": Setting("float", 0.05, "fraction of relevant sub-trajectories kept", check=lambda x: 0 < x <= 1,
                  valid="in (0, 1]", what="fraction of relevant sub-trajectories kept", **_ttt),
@@ -181,7 +183,8 @@ def check_range(name: str, value: Any, label: Callable[[str], str] = str) -> Non
         raise TttError(f"{label(name)}{f' ({s.what})' if s.what else ''} must be {s.valid or 'a finite number'}, got "
                        f"{show(value)}")  # fmt: skip
     if s.check is not None and not s.check(value):
-        raise TttError(f"{label(name)}{f' ({s.what})' if s.what else ''} must be {s.valid}, got {show(value)}")
+        raise TttError(f"{label(name)}{f' ({s.what})' if s.what else ''} must be {s.valid}, got {show(value)}"
+                       f"{f'; {s.note}' if s.note else ''}")  # fmt: skip
 
 
 def setup_settings(settings: Mapping[str, Any], label: Callable[[str], str] = str) -> dict[str, Any]:
