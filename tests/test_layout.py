@@ -115,3 +115,22 @@ def test_imports_point_down_the_documented_tree():
             if fa != fb and ib < ia:  # within one folder any order; across, only down the list
                 upward.append(f"{a} -> {b}")
     assert not upward, f"imports that point up docs/architecture.md's tree: {upward}"
+
+
+MAX_FUNCTION_LINES, MAX_MODULE_LINES = 100, 800  # the house limits (docs/architecture.md, "Where each module sits")
+
+
+def test_no_function_or_module_past_the_house_limits():
+    """Every function of ttt/ fits in 100 lines (decorators excluded) and every module in 800: a longer one is split
+    by role, not left to grow."""
+    long_functions, long_modules = [], []
+    for name, path in MODULES.items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long_functions.append(f"{name}.{node.name}: {lines} lines")
+    assert long_functions == [] and long_modules == []
