@@ -91,6 +91,7 @@ def test_ttt_eval_runs_base_and_ttt(checkpoint, capsys):
     assert rc == 0, err
     for v in ("base", "ttt", "ttt-mc"):
         assert f"{v}: gcbc on {STITCH}" in out
+    assert out.count("success") == 3, out  # one result line per variant (the summary), not the stage's as well
     doc = json.loads((d / "e.json").read_text())
     assert set(doc["variants"]) == {"base", "ttt", "ttt-mc"}
     ttt = doc["variants"]["ttt"]
