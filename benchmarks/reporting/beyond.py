@@ -98,7 +98,7 @@ def choose(s: Study) -> dict:
 def _per_row(s: Study) -> str:
     xs = [s.row(d["short"], c) for d in s.datasets for c in ("base", *(c for c, _ in s.candidates))]
     shapes = sorted({x["shape"] for x in xs if x is not None})
-    return f"seeds x tasks x episodes {', '.join(shapes)}"
+    return f"seeds x tasks x episodes {', '.join(shapes)}" if shapes else "no row has run yet"
 
 
 def choice(decl: dict) -> str:
