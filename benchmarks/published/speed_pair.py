@@ -1,4 +1,4 @@
-"""`ttt` against the authors' published code, side by side: the same GC-TTT work, timed in turns (issue 37).
+"""`ttt` against the authors' published code, side by side: the same GC-TTT work, timed in turns.
 
 One pair is two whole processes run one after the other on the same machine:
 
