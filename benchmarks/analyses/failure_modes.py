@@ -1,4 +1,4 @@
-"""How maze episodes fail: where each one ended, how close it came, and whether it was still moving (issue 37).
+"""How maze episodes fail: where each one ended, how close it came, and whether it was still moving.
 
 Reads the xy path of every episode of pipeline rows from the per-task parts the run kept where it ran
 (`OUT/evals/.partial-KEY/taskT.npz`, KEY the record's `eval_key`; they are not committed) and measures, with the

@@ -1,4 +1,4 @@
-"""Why GC-IQL's GC-TTT does not act on its selection at OGBench's pointmaze alpha (issue 37): one measured round.
+"""Why GC-IQL's GC-TTT does not act on its selection at OGBench's pointmaze alpha: one measured round.
 
 For each evaluation start (the seeds x tasks x episodes `ttt eval` faces, round 0: the episode's start state and goal
 g*), this runs GC-TTT's first round as the episode does (the learned critic's values, rule `episodes`, the round's

@@ -1,4 +1,4 @@
-"""Does a checkpoint's policy move towards a goal only a few steps away (issue 64: TTGS hands it such subgoals)?
+"""Does a checkpoint's policy move towards a goal only a few steps away (TTGS hands it such subgoals)?
 
     python benchmarks/analyses/near_goal_actions.py CKPT_DIR [CKPT_DIR ...] [--pairs 20000]
         [--offsets 1,3,6,12,24,48,96,192] [--out benchmarks/results/pointmaze-beyond/near_goal_actions.json]

@@ -1,4 +1,4 @@
-"""Why a test-time method fails on a maze, from the round diagnostics its records already hold (issue 64, item 3).
+"""Why a test-time method fails on a maze, from the round diagnostics its records already hold.
 
     python benchmarks/analyses/round_diagnostics.py "test-time-methods/evals/*-gcbc-ttt-*" [...] [--markdown]
 

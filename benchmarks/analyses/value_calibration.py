@@ -1,4 +1,4 @@
-"""How far apart a checkpoint's value function thinks two maze states are, against the maze oracle (issue 64).
+"""How far apart a checkpoint's value function thinks two maze states are, against the maze oracle.
 
     python benchmarks/analyses/value_calibration.py CKPT_DIR [CKPT_DIR ...] [--pairs 100000] [--threshold 48]
         [--out benchmarks/results/pointmaze-beyond/value_calibration.json] [--markdown]

@@ -1,4 +1,4 @@
-"""A checkpoint's value horizon H and the TTGS settings the second pointmaze recipe's rule gives it (issue 79).
+"""A checkpoint's value horizon H and the TTGS settings the second pointmaze recipe's rule gives it.
 
     python benchmarks/analyses/value_horizon.py CKPT_DIR --out benchmarks/results/pointmaze-beyond-2/horizon/NAME.json
         [--row ROW]

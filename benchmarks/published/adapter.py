@@ -1,4 +1,4 @@
-"""Run the authors' published GC-TTT code on `ttt`'s generated datasets and write records beside ours (issue 37).
+"""Run the authors' published GC-TTT code on `ttt`'s generated datasets and write records beside ours.
 
 The published code is antoniomari/meta-gc-rl (no licence: read and run, never copied here) at its last runnable
 revision 434aa5e. This script is OUR adapter: it runs in THEIR virtual environment (see README.md; `run.sh` calls

@@ -1,4 +1,4 @@
-"""A probe of bad inputs, corrupt and hostile files, interruptions and Python misuse (issue 39): every case must be
+"""A probe of bad inputs, corrupt and hostile files, interruptions and Python misuse: every case must be
 refused with one line (CLI: exit 2, no traceback; Python: a `TttError` naming the argument), or do what it says.
 
     python benchmarks/reliability/probe.py        # writes benchmarks/results/probe.md (the table) and probe.json

@@ -1,4 +1,4 @@
-"""An lr x q grid of GC-TTT as ONE program against one program per point (issue 22, item 4).
+"""An lr x q grid of GC-TTT as ONE program against one program per point.
 
 Three ways to evaluate the same grid on the same episodes (same starts, goals and keys):
 

@@ -1,4 +1,4 @@
-"""The lazy value pass (`TTTConfig.value_cap`, issue 16 item 4) against the full one, side by side: a TTT-with-critic
+"""The lazy value pass (`TTTConfig.value_cap`) against the full one, side by side: a TTT-with-critic
 row (GC-BC cpu profile, cached 10k-step checkpoints, rule 'episodes', 3 seeds x 5 tasks x 1 episode through
 `ttt.evaluate`, the full 1M-row datasets) on pointmaze-medium stitch and navigate.
 

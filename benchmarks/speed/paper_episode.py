@@ -1,4 +1,4 @@
-"""One paper-profile GC-IQL episode with a critic on the full navigate dataset, measured end to end (issue 16).
+"""One paper-profile GC-IQL episode with a critic on the full navigate dataset, measured end to end.
 
 Usage:
     python benchmarks/speed/paper_episode.py [--dataset pointmaze-medium-navigate-v0] [--repeats 1]

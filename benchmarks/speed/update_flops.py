@@ -1,4 +1,4 @@
-"""How far each fine-tuning update is from this CPU's matmul rate (issue 16: the floor the per-update targets meet).
+"""How far each fine-tuning update is from this CPU's matmul rate (the floor the per-update targets meet).
 
     python benchmarks/speed/update_flops.py [--speed benchmarks/results/speed/ttt_speed_idle.json]
         [--out benchmarks/results/speed/update_flops.json] [--time STEPS] [--dir DIR]

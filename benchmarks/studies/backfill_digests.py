@@ -1,4 +1,4 @@
-"""Backfill the checkpoint and dataset digests of the evaluation records under benchmarks/results/ (issue 63), and name
+"""Backfill the checkpoint and dataset digests of the evaluation records under benchmarks/results/, and name
 each cached checkpoint by its cache key instead of the absolute path of the machine that made it.
 
     python benchmarks/studies/backfill_digests.py [--check]
