@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -182,3 +183,45 @@ def test_expert_stages_appear_by_adding_records(tmp_path, monkeypatch):
     stage(700000, {"1": 1.0}, trained_steps=800000)
     with pytest.raises(ValueError, match="not a humanoid evaluation"):
         expert.stages(robot)
+
+
+ISSUE_NUMBER = re.compile(r"\b[Ii]ssues? ?#?\d+")
+# TEMPORARY: the pointmaze-beyond-2 records are still being written by its running rows, which loaded the pipeline
+# before its description was fixed; these two copies of the old description are let through until they are rebuilt.
+# Delete this set then: the test fails once an entry no longer occurs, so that it cannot outlive its reason.
+_PENDING_REBUILD = {
+    ("benchmarks/results/pointmaze-beyond-2/pipeline.json", "Issue 79"),
+    ("benchmarks/results/pointmaze-beyond-2/report.md", "Issue 79"),
+}
+
+
+def _reader_pages() -> list[Path]:
+    """The pages and records a user reads: the front pages, the studies, docs/, the results pages and records (not the
+    evaluation records under evals/), the published-code pages."""
+    pages = [ROOT / "README.md", *BENCH.glob("*.md"), *(BENCH / "studies").glob("*.md"), *(ROOT / "docs").glob("*.md")]
+    pages += (BENCH / "published").glob("*.md")
+    for ext in ("md", "json", "csv"):
+        pages += [p for p in (BENCH / "results").rglob(f"*.{ext}") if "evals" not in p.relative_to(BENCH).parts]
+    return sorted(set(pages))
+
+
+def test_reader_pages_name_no_issue_number():
+    """A page says what a thing is ("the second recipe", "the reliability probe's table"), never which tracker item
+    asked for it: no "issue 79", "Issue 64's protocol", "(issue 20)" in the pages, the records beside them or a
+    pipeline's description (which its report and pipeline.json copy)."""
+    found, pending = [], set()
+    for page in _reader_pages():
+        rel = page.relative_to(ROOT).as_posix()
+        for n, line in enumerate(page.read_text(errors="replace").splitlines(), 1):
+            for m in ISSUE_NUMBER.finditer(line):
+                if (rel, m.group()) in _PENDING_REBUILD:
+                    pending.add((rel, m.group()))
+                else:
+                    found.append(f"{rel}:{n}: {m.group()!r}")
+    for toml in sorted((ROOT / "pipelines").glob("*.toml")):
+        description = tomllib.loads(toml.read_text()).get("description", "")
+        if m := ISSUE_NUMBER.search(description):
+            found.append(f"{toml.relative_to(ROOT)} description: {m.group()!r}")
+    assert not found, "\n".join(found)
+    rebuilt = sorted(_PENDING_REBUILD - pending)
+    assert not rebuilt, f"rebuilt, so delete from _PENDING_REBUILD: {rebuilt}"
