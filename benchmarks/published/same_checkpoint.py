@@ -1,6 +1,6 @@
 """Same checkpoint, two implementations: the published code's own GC-IQL checkpoints imported into `ttt`
 (`ttt.import_checkpoint`) and evaluated by `ttt` on the published run's episodes, beside the published code's
-records of the same episodes (benchmarks/published/README.md, issue 60).
+records of the same episodes (benchmarks/published/README.md).
 
     python benchmarks/published/same_checkpoint.py \\
         --run-dir $PUBLISHED_ROOT/runs/pointmaze-medium-stitch-v0/gciql-10000 --dataset pointmaze-medium-stitch-v0 \\
