@@ -86,3 +86,22 @@ def test_nothing_has_run_yet_reads_so():
     page = (ROOT / "benchmarks" / "studies" / "pointmaze-beyond-2.md").read_text()
     if not DECL.get("rows"):
         assert "No recipe yet" in page and "not run yet" in page
+
+
+def test_diagnoses_table_by_hand(monkeypatch):
+    """A diagnosis row against the row it explains: row - against, paired where the checkpoint digests agree."""
+    import numpy as np
+
+    def rec(name, per_seed):
+        s = np.asarray(per_seed, float)[:, None, None] * np.ones((1, 1, 2))
+        raw = {"run": {"name": name, "variant": "ttgs"}, "rounds": {}, "mean": s.mean(), "n_episodes": s.size,
+               "seeds": len(s)}  # fmt: skip
+        return {"per_seed": s.reshape(len(s), -1).mean(1), "raw": raw,
+                "rec": {"success": s, "run": {"name": name}, "checkpoint_sha256": "c" * 64}}  # fmt: skip
+
+    recs = {"r": rec("diag", [1.0, 1.0, 0.5]), "a": rec("rule", [0.5, 0.0, 0.0])}
+    monkeypatch.setattr(beyond2.records, "load", lambda ref: recs[ref])
+    table = beyond2.diagnoses({"diagnoses": [{"what": "why", "row": "r", "against": "a"}]})
+    line = table.splitlines()[2]
+    assert line.startswith("| why | diag | rule | 0.83 +- 0.17 | 0.17 +- 0.17 | +0.67 (0.17, ") and "paired" in line
+    assert "none yet" in beyond2.diagnoses({}).splitlines()[2]

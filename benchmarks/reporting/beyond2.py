@@ -8,8 +8,9 @@ The declaration (``beyond2``): ``beyond``'s keys (``datasets``, ``choose``, ``ca
 and with TTGS, the TTGS paper's runs), ``first`` (per dataset short name: the first recipe's chosen row, a record
 reference), ``before`` (the 10k rows: ``SHORT-base``, ``SHORT-ttt-alpha0.3``, ``SHORT-ttgs-rule``, record
 references), ``horizon_dir`` (the folder under benchmarks/results/ of ``value_horizon.py`` records) and
-``probe_files`` (``near_goal_actions.py`` records). A horizon or probe record is found by the checkpoint digest of the
-dataset's base row; none yet reads "not measured yet".
+``probe_files`` (``near_goal_actions.py`` records), ``diagnoses`` (rows run to explain a result, never candidates:
+each ``what``, ``row`` and ``against``, record references on one checkpoint). A horizon or probe record is found by
+the checkpoint digest of the dataset's base row; none yet reads "not measured yet".
 """
 
 from __future__ import annotations
@@ -236,6 +237,22 @@ def success(decl: dict) -> str:
             cells = ("-", "-") if metric is None else (_metric(mb, metric), _metric(ma, metric))
             out.append(f"| {short} | {label} | {_pm(before)} | {_pm(after)} | {gap} | {diag} | {cells[0]} | "
                        f"{cells[1]} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def diagnoses(decl: dict) -> str:
+    """Each declared diagnosis row against the row it explains, paired by checkpoint digest (``ttt.stats``)."""
+    out = ["| diagnosis | row | against | row: success | against: success | row - against (s.e., p, test) | "
+           "ttgs_goal_frac: row / against |", "|---|" + "---|" * 6]  # fmt: skip
+    for d in decl.get("diagnoses", []):
+        a, b = records.load(d["row"]), records.load(d["against"])
+        g = diff(b, a)
+        ma, mb = _round_metrics(a), _round_metrics(b)
+        out.append(f"| {d['what']} | {a['raw']['run']['name']} | {b['raw']['run']['name']} | {_pm(a)} | {_pm(b)} | "
+                   f"{g.diff:+.2f} ({g.se:.2f}, {g.p:.3f} {g.test}) | {_metric(ma, 'ttgs_goal_frac')} / "
+                   f"{_metric(mb, 'ttgs_goal_frac')} |")  # fmt: skip
+    if len(out) == 2:
+        out.append("| none yet | - | - | - | - | - | - |")
     return "\n".join(out)
 
 
