@@ -162,13 +162,7 @@ def _variant(name: str, plan, ck, data, work, envs, prev, json_out) -> dict:
     if isinstance(prev, dict) and prev.get("eval_key") == key and "success" in prev:
         click.echo(f"{name}: kept from {json_out} (same checkpoint and settings)")
         return prev
-    done = f"  eval: {plan.name}: success "  # the stage's own result line: the summary below says it once
-
-    def echo(msg: str) -> None:
-        if not msg.startswith(done):
-            click.echo(msg)
-
-    record = evaluate_run(plan, ck, data, work, _bar, echo, envs)
+    record = evaluate_run(plan, ck, data, work, _bar, click.echo, envs, say_result=False)  # the summary says it
     setup = plan.eval.setup
     if setup.ttt is not None:
         record["ttt"] = _ttt_doc(setup)

@@ -242,20 +242,23 @@ def evaluate_run(
     envs: EnvCache,
     shared: Path | None = None,
     cached: list[str] | None = None,
+    say_result: bool = True,
 ) -> dict:
     """Evaluate one run, task by task, resuming from finished tasks; returns its record (also saved).
 
     A record of the same evaluation (same content key) already in `out` under another name, or in `shared` (a
     cache directory of records that every pipeline writes to), is reused instead of evaluated again; the row's name
     is then appended to `cached`. Two processes on one evaluation (`ttt run --only` twice into one --out) do not
-    both compute it: the second waits for the first, then finds its record."""
+    both compute it: the second waits for the first, then finds its record. `say_result=False`: no result line
+    for a fresh evaluation (a caller that prints its own summary)."""
     key = eval_key(plan, checkpoint.path, dict(checkpoint.meta))
     with locked(out / "evals" / f".{key}.lock", f"the evaluation of {plan.name}"):
-        return _evaluate_run(plan, checkpoint, data, out, bar, echo, envs, key, shared, cached)
+        return _evaluate_run(plan, checkpoint, data, out, bar, echo, envs, key, shared, cached, say_result)
 
 
 def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: BarFactory, echo: Echo,
-                  envs: EnvCache, key: str, shared: Path | None, cached: list[str] | None) -> dict:  # fmt: skip
+                  envs: EnvCache, key: str, shared: Path | None, cached: list[str] | None,
+                  say_result: bool) -> dict:  # fmt: skip
     """`evaluate_run`'s work, under its lock."""
     ev, meta = plan.eval, dict(checkpoint.meta)
     record_path = out / "evals" / f"{file_name(plan.name, 'run name')}-{key}.json"
@@ -342,10 +345,9 @@ def _evaluate_run(plan: RunPlan, checkpoint: Checkpoint, data, out: Path, bar: B
     if shared is not None:
         atomic_write_text(shared / f"{key}.json", dumps(record))
     spread = " (one seed: no s.e.)" if record["se"] is None else f" +- {record['se']:.3f}"
-    echo(
-        f"  eval: {plan.name}: success {record['mean']:.3f}{spread} "
-        f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)"
-    )
+    if say_result:
+        echo(f"  eval: {plan.name}: success {record['mean']:.3f}{spread} "
+             f"({record['seeds']} seeds, {record['n_episodes']} episodes, {record['wall_s']:.0f} s)")  # fmt: skip
     return record
 
 
