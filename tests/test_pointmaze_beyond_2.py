@@ -41,7 +41,8 @@ def test_the_pipeline_is_the_protocol():
         if r["variant"] in ("ttgs", "ttt+ttgs"):  # a TTGS (rule) row, appended once its checkpoint's H is measured
             t = r["ttgs"]
             if "(diagnosis:" in r["group"]:  # a labelled diagnosis: never a candidate, never on the page as one
-                assert "ttgs-rule" not in name and name not in str(DECL.get("rows", {})), name
+                refs = [*DECL.get("rows", {}).values(), *DECL.get("before", {}).values()]
+                assert "ttgs-rule" not in name and not any(f":{name}@" in ref for ref in refs), name
                 continue
             assert "ttgs-rule" in name and r["variant"] == "ttgs", name
             assert (t["n_vertices"], t["max_hops"], t["path"]) == (1000, 128, "slide"), name
@@ -101,7 +102,8 @@ def test_diagnoses_table_by_hand(monkeypatch):
 
     recs = {"r": rec("diag", [1.0, 1.0, 0.5]), "a": rec("rule", [0.5, 0.0, 0.0])}
     monkeypatch.setattr(beyond2.records, "load", lambda ref: recs[ref])
-    table = beyond2.diagnoses({"diagnoses": [{"what": "why", "row": "r", "against": "a"}]})
+    table = beyond2.diagnoses({"diagnoses": [{"what": "why", "row": "r", "against": "a", "metric": "ttgs_hops"}]})
     line = table.splitlines()[2]
     assert line.startswith("| why | diag | rule | 0.83 +- 0.17 | 0.17 +- 0.17 | +0.67 (0.17, ") and "paired" in line
+    assert line.endswith("| ttgs_hops | - / - |")  # the rows ran no round: nothing to show, said as "-"
     assert "none yet" in beyond2.diagnoses({}).splitlines()[2]

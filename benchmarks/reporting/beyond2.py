@@ -9,8 +9,9 @@ and with TTGS, the TTGS paper's runs), ``first`` (per dataset short name: the fi
 reference), ``before`` (the 10k rows: ``SHORT-base``, ``SHORT-ttt-alpha0.3``, ``SHORT-ttgs-rule``, record
 references), ``horizon_dir`` (the folder under benchmarks/results/ of ``value_horizon.py`` records) and
 ``probe_files`` (``near_goal_actions.py`` records), ``diagnoses`` (rows run to explain a result, never candidates:
-each ``what``, ``row`` and ``against``, record references on one checkpoint). A horizon or probe record is found by
-the checkpoint digest of the dataset's base row; none yet reads "not measured yet".
+each ``what``, ``row`` and ``against``, record references on one checkpoint, and an optional round ``metric``). A
+horizon or probe record is found by the checkpoint digest of the dataset's base row; none yet reads "not measured
+yet".
 """
 
 from __future__ import annotations
@@ -243,16 +244,15 @@ def success(decl: dict) -> str:
 def diagnoses(decl: dict) -> str:
     """Each declared diagnosis row against the row it explains, paired by checkpoint digest (``ttt.stats``)."""
     out = ["| diagnosis | row | against | row: success | against: success | row - against (s.e., p, test) | "
-           "ttgs_goal_frac: row / against |", "|---|" + "---|" * 6]  # fmt: skip
+           "round diagnostic | row / against |", "|---|" + "---|" * 7]  # fmt: skip
     for d in decl.get("diagnoses", []):
         a, b = records.load(d["row"]), records.load(d["against"])
-        g = diff(b, a)
-        ma, mb = _round_metrics(a), _round_metrics(b)
+        g, k = diff(b, a), d.get("metric")
+        pair = "-" if k is None else f"{_metric(_round_metrics(a), k)} / {_metric(_round_metrics(b), k)}"
         out.append(f"| {d['what']} | {a['raw']['run']['name']} | {b['raw']['run']['name']} | {_pm(a)} | {_pm(b)} | "
-                   f"{g.diff:+.2f} ({g.se:.2f}, {g.p:.3f} {g.test}) | {_metric(ma, 'ttgs_goal_frac')} / "
-                   f"{_metric(mb, 'ttgs_goal_frac')} |")  # fmt: skip
+                   f"{g.diff:+.2f} ({g.se:.2f}, {g.p:.3f} {g.test}) | {k or '-'} | {pair} |")  # fmt: skip
     if len(out) == 2:
-        out.append("| none yet | - | - | - | - | - | - |")
+        out.append("| none yet | - | - | - | - | - | - | - |")
     return "\n".join(out)
 
 
