@@ -1,4 +1,4 @@
-"""The second pointmaze recipe (issue 79) as committed before its rows: the pipeline's rows are the protocol's, every
+"""The second pointmaze recipe as committed before its rows: the pipeline's rows are the protocol's, every
 TTGS (rule) row that appears follows the rule of its own checkpoint's horizon, and the page's rule check by hand."""
 
 from __future__ import annotations
@@ -107,3 +107,33 @@ def test_diagnoses_table_by_hand(monkeypatch):
     assert line.startswith("| why | diag | rule | 0.83 +- 0.17 | 0.17 +- 0.17 | +0.67 (0.17, ") and "paired" in line
     assert line.endswith("| ttgs_hops | - / - |")  # the rows ran no round: nothing to show, said as "-"
     assert "none yet" in beyond2.diagnoses({}).splitlines()[2]
+
+
+def test_each_datasets_10k_rows_are_on_one_checkpoint():
+    """The before rows of a dataset are never mixed between the first recipe's 10k checkpoint and the one made again;
+    where one was made again, it is its -10k-base row."""
+    for short in SHORTS:
+        recs = {k: beyond2._before(DECL, short, k) for k in ("base", "ttt-alpha0.3", "ttgs-rule")}
+        shas = {k: r["sha"] for k, r in recs.items() if r is not None}
+        assert len(set(shas.values())) <= 1, (short, shas)
+        again = records.maybe(DECL.get("remade", {}).get(short))
+        if again is not None:
+            assert again["raw"]["run"]["name"] == f"{short}-10k-base", short
+    assert "MIXED" not in beyond2.checkpoints(DECL)
+
+
+def test_checkpoints_table_by_hand(monkeypatch):
+    def rec(sha):
+        return {"sha": sha * 64, "raw": {"dataset_hash": sha * 16}}
+
+    recs = {"first": rec("a"), "again": rec("b"), "other": rec("c")}
+    monkeypatch.setattr(beyond2.records, "maybe", lambda ref: recs.get(ref) if ref else None)
+    decl = {"datasets": [{"short": "x"}], "first": {"x": "first"}, "remade": {"x": "again"},
+            "before": {"x-base": "again", "x-ttt-alpha0.3": "again"}}  # fmt: skip
+    line = beyond2.checkpoints(decl).splitlines()[2]
+    assert line == f"| x | {'a' * 12} ({'a' * 16}) | {'b' * 12} ({'b' * 16}) | no | {'b' * 12}: made again |"
+    decl["before"]["x-ttgs-rule"] = "first"
+    assert f"MIXED: {'a' * 12}, {'b' * 12}" in beyond2.checkpoints(decl)
+    decl["before"] = {"x-base": "first"}
+    decl["remade"] = {}
+    assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| not run yet | - | {'a' * 12}: the first recipe's |")

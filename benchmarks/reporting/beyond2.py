@@ -1,4 +1,4 @@
-"""The second beyond-the-anchors recipe (issue 79): the first recipe's kind (``beyond``: the choice, more seeds) with
+"""The second beyond-the-anchors recipe: the first recipe's kind (``beyond``: the choice, more seeds) with
 what a second recipe adds: the pre-training beside the anchor's and the first recipe's word beside ours, TTGS's
 settings checked against the rule of each checkpoint's own value horizon, and the diagnosis measured before (10k
 updates) and after (100k).
@@ -7,7 +7,8 @@ The declaration (``beyond2``): ``beyond``'s keys (``datasets``, ``choose``, ``ca
 ``ours`` / ``anchors_pretrain`` (the pre-training, as words), per dataset ``iql`` / ``iql_ttgs`` (GC-IQL at 1M alone
 and with TTGS, the TTGS paper's runs), ``first`` (per dataset short name: the first recipe's chosen row, a record
 reference), ``before`` (the 10k rows: ``SHORT-base``, ``SHORT-ttt-alpha0.3``, ``SHORT-ttgs-rule``, record
-references), ``horizon_dir`` (the folder under benchmarks/results/ of ``value_horizon.py`` records) and
+references), ``remade`` (per dataset short name: this recipe's ``-10k-base`` row, the 10k checkpoint made
+again), ``horizon_dir`` (the folder under benchmarks/results/ of ``value_horizon.py`` records) and
 ``probe_files`` (``near_goal_actions.py`` records), ``diagnoses`` (rows run to explain a result, never candidates:
 each ``what``, ``row`` and ``against``, record references on one checkpoint, and an optional round ``metric``). A
 horizon or probe record is found by the checkpoint digest of the dataset's base row; none yet reads "not measured
@@ -156,6 +157,37 @@ def anchors(decl: dict) -> str:
                    f"{ds['source']}) | {ds['iql']:.2f} -> {ds['iql_ttgs']:.2f} | {decl['anchors_pretrain']} / "
                    f"{decl['ours']} | {first_cell} | {ours} | "
                    f"{_pm(base)} | {cells} | {gain} | {wall} | {verdict} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def checkpoints(decl: dict) -> str:
+    """Which 10k checkpoint each dataset's before rows use: the first recipe's (the checkpoint of its chosen row) and
+    the one made again here (``remade``), by digest and dataset hash; a dataset whose before rows are not all on one
+    checkpoint says so."""
+    out = ["| dataset | first recipe's 10k checkpoint (dataset hash) | made again here (dataset hash) | the same | "
+           "the 10k rows use |", "|---|---|---|---|---|"]  # fmt: skip
+
+    def cell(rec: dict | None) -> str:
+        return NOT_RUN if rec is None else f"{rec['sha'][:12]} ({rec['raw'].get('dataset_hash')})"
+
+    for ds in decl["datasets"]:
+        short = ds["short"]
+        first, again = records.maybe(decl["first"].get(short)), records.maybe(decl.get("remade", {}).get(short))
+        same = "-" if first is None or again is None else ("yes" if first["sha"] == again["sha"] else "no")
+        used = {r["sha"] for r in (_before(decl, short, k) for k in ("base", "ttt-alpha0.3", "ttgs-rule")) if r}
+        if not used:
+            use = NOT_RUN
+        elif len(used) > 1:
+            use = "MIXED: " + ", ".join(sorted(x[:12] for x in used))
+        else:
+            (sha,) = used
+            if first is not None and sha == first["sha"]:
+                use = f"{sha[:12]}: the first recipe's"
+            elif again is not None and sha == again["sha"]:
+                use = f"{sha[:12]}: made again"
+            else:
+                use = f"{sha[:12]}: neither"
+        out.append(f"| {short} | {cell(first)} | {cell(again)} | {same} | {use} |")
     return "\n".join(out)
 
 
