@@ -5,7 +5,6 @@ gymnasium envs: the resets reproduce OGBench's own from the same draws, and the 
 from __future__ import annotations
 
 import copy
-import functools
 
 import equinox as eqx
 import gymnasium
@@ -13,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import batch_draws, batch_reset, batch_rollout, cached_env, ogbench_maze_reset
 
 from ttt.agents import get_backbone
 from ttt.envs import AntMaze, CubeSingle, make_env
@@ -26,36 +26,10 @@ ANT = "antmaze-medium-v0"
 CUBE = "cube-single-v0"
 
 
-@functools.cache
-def _env(env_id: str):
-    return make_env(env_id)
-
-
-@eqx.filter_jit
-def _reset(env, keys, tasks):
-    return jax.vmap(env.reset)(keys, tasks)
-
-
-@eqx.filter_jit
-def _draws(env, keys, tasks):
-    return jax.vmap(env.reset_draws)(keys, tasks)
-
-
-@eqx.filter_jit
-def _rollout(env, state, actions):
-    """``actions`` (steps, batch, act): the vmapped env stepped by a scan, as the compiled episode steps it."""
-
-    def body(s, a):
-        s, obs, success = jax.vmap(env.step)(s, a)
-        return s, (obs, success)
-
-    return jax.lax.scan(body, state, actions)[1]
-
-
 def _gym_rollouts(env, keys, tasks, actions):
     """The host driver's view: OGBench's gymnasium env per episode, put where ``env.reset`` starts (``impose``), then
     stepped with ``actions`` (steps, batch, act); ``(obs0, goal_obs, obs (steps, batch, obs), success)``."""
-    draws = jax.tree.map(np.asarray, _draws(env, keys, tasks))
+    draws = jax.tree.map(np.asarray, batch_draws(env, keys, tasks))
     obs0, goals, obs, success = [], [], [], []
     for b in range(len(tasks)):
         g = make_gym_env(env.env_id, terminate_at_goal=False)
@@ -76,12 +50,12 @@ def test_compiled_env_gives_the_gym_trajectories_bit_for_bit(env_id, steps):
     """Three episodes (tasks 1, 3, 5) vmapped, as the compiled episode runs them (the ant's physics split over
     worker threads): first observation, goal observation and every step's observation equal OGBench's gymnasium env
     exactly, with random actions, and success flags agree."""
-    env = _env(env_id)
+    env = cached_env(env_id)
     keys = jax.random.split(jax.random.key(7), 3)
     tasks = jnp.array([1, 3, 5])
     actions = np.random.default_rng(0).uniform(-1, 1, (steps, 3, env.action_dim)).astype(np.float32)
-    state, obs0, goal_obs = _reset(env, keys, tasks)
-    obs, success = (np.asarray(x) for x in _rollout(env, state, jnp.asarray(actions)))
+    state, obs0, goal_obs = batch_reset(env, keys, tasks)
+    obs, success = (np.asarray(x) for x in batch_rollout(env, state, jnp.asarray(actions))[1:])
     ref0, ref_goal, ref_obs, ref_success = _gym_rollouts(env, keys, tasks, actions)
     np.testing.assert_array_equal(np.asarray(obs0), ref0)
     np.testing.assert_array_equal(np.asarray(goal_obs), ref_goal)
@@ -94,7 +68,7 @@ def test_compiled_env_gives_the_gym_trajectories_bit_for_bit(env_id, steps):
 def test_success_is_measured_after_the_step_on_both_paths():
     """A goal at the start: success from the first step, the same on the compiled env and OGBench's env."""
     for env_id, start in ((ANT, jnp.array([0.0, 0.0])), (CUBE, jnp.array([0.425, 0.1, 0.02]))):
-        env = _env(env_id)
+        env = cached_env(env_id)
         state, obs0, _ = eqx.filter_jit(lambda e, s: e.reset_to(s, s))(env, start)
         actions = jnp.zeros((3, env.action_dim))
         _, success = jax.tree.map(np.asarray, eqx.filter_jit(_single_rollout)(env, state, actions))
@@ -114,15 +88,15 @@ def _single_rollout(env, state, actions):
 def test_every_ant_maze_matches_ogbench(maze):
     """The other ant mazes: tasks read from OGBench, reset and 20 steps equal OGBench's env (the teleport maze's
     episodes start far from its teleports)."""
-    env = _env(f"antmaze-{maze}-v0")
+    env = cached_env(f"antmaze-{maze}-v0")
     u = make_gym_env(env.env_id).unwrapped
     np.testing.assert_array_equal(np.asarray(env.init_xy), np.array([u.ij_to_xy(t["init_ij"]) for t in u.task_infos]))
     assert env.has_teleports == (maze == "teleport") and env.max_steps == 1000 and env.goal_eps == 0.5
     keys = jax.random.split(jax.random.key(1), 2)
     tasks = jnp.array([1, 2])
     actions = np.random.default_rng(1).uniform(-1, 1, (20, 2, 8)).astype(np.float32)
-    state, obs0, goal_obs = _reset(env, keys, tasks)
-    obs, _ = _rollout(env, state, jnp.asarray(actions))
+    state, obs0, goal_obs = batch_reset(env, keys, tasks)
+    _, obs, _ = batch_rollout(env, state, jnp.asarray(actions))
     ref0, ref_goal, ref_obs, _ = _gym_rollouts(env, keys, tasks, actions)
     np.testing.assert_array_equal(np.asarray(obs0), ref0)
     np.testing.assert_array_equal(np.asarray(goal_obs), ref_goal)
@@ -136,18 +110,7 @@ def test_ant_reset_is_ogbench_reset_from_its_own_draws():
     env = make_gym_env(ANT)
     u = env.unwrapped
     env.reset(seed=3, options=dict(task_id=2))
-    np.random.seed(11)
-    glob = np.random.get_state()
-    rng, box = copy.deepcopy(u.np_random), copy.deepcopy(u.action_space)
-    obs, info = env.reset(options=dict(task_id=2))
-    rs = np.random.RandomState()
-    rs.set_state(glob)
-    noise = lambda: rs.uniform(low=-u._noise, high=u._noise) * u._maze_unit / 4  # noqa: E731  (OGBench's add_noise)
-    task = u.task_infos[1]
-    ix, iy = u.ij_to_xy(task["init_ij"])
-    init = np.array([ix + noise(), iy + noise()])
-    gx, gy = u.ij_to_xy(task["goal_ij"])
-    goal = np.array([gx + noise(), gy + noise()])
+    obs, info, rng, box, init, goal = ogbench_maze_reset(env, task_id=2)
     s = u._reset_noise_scale
     nq, nv = u.model.nq, u.model.nv
     draws = dict(init=init, goal=goal, goal_qpos=rng.uniform(-s, s, nq), goal_qvel=s * rng.standard_normal(nv))
@@ -191,9 +154,9 @@ def test_cube_reset_is_ogbench_reset_from_its_own_draws(monkeypatch):
 
 def test_reset_is_a_function_of_the_key_and_tasks_are_checked():
     for cls, env_id in ((AntMaze, ANT), (CubeSingle, CUBE)):
-        env = _env(env_id)
+        env = cached_env(env_id)
         keys = jnp.stack([jax.random.key(4), jax.random.key(4), jax.random.key(5)])
-        _, obs, goal = _reset(env, keys, jnp.array([2, 2, 2]))
+        _, obs, goal = batch_reset(env, keys, jnp.array([2, 2, 2]))
         obs, goal = np.asarray(obs), np.asarray(goal)
         np.testing.assert_array_equal(obs[0], obs[1])
         assert not np.array_equal(obs[0], obs[2])
@@ -210,9 +173,9 @@ def _random_dataset(env, episodes: int, rows: int, seed: int):
     from ttt.data.dataset import Dataset
 
     keys = jax.random.split(jax.random.key(seed), episodes)
-    state, obs0, _ = _reset(env, keys, jnp.arange(episodes) % env.num_tasks + 1)
+    state, obs0, _ = batch_reset(env, keys, jnp.arange(episodes) % env.num_tasks + 1)
     actions = np.random.default_rng(seed).uniform(-1, 1, (rows - 1, episodes, env.action_dim)).astype(np.float32)
-    obs, _ = _rollout(env, state, jnp.asarray(actions))
+    _, obs, _ = batch_rollout(env, state, jnp.asarray(actions))
     obs = np.concatenate([np.asarray(obs0)[None], np.asarray(obs)])  # (rows, episodes, obs)
     acts = np.concatenate([actions, np.zeros((1, episodes, env.action_dim), np.float32)])
     flat = lambda x: np.swapaxes(x, 0, 1).reshape(episodes * rows, -1)  # noqa: E731
@@ -233,7 +196,7 @@ def test_cube_gc_ttt_episodes_compiled_equal_host():
     from ttt.pretrain import init_state
     from ttt.select import SelectConfig
 
-    env = _env(CUBE)
+    env = cached_env(CUBE)
     spec = get_spec("cube-single-play-v0")
     data = _random_dataset(env, episodes=3, rows=31, seed=0)  # the shapes of the first test's programs
     cfg, sampler = make_configs("gcbc", spec, "cpu", {"actor_hidden_dims": (16,), "value_hidden_dims": (16,),

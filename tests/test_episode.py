@@ -15,10 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_same_values
+from helpers import assert_same_values, toy_dataset
 
 from ttt.agents import get_backbone
-from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint
 from ttt.episode import TTTConfig, make_episode, make_episodes, make_round_fns, round_keys
@@ -35,20 +34,7 @@ SPEC = get_spec(NAV)  # pointmaze goal coordinates (obs[:2]) and threshold 1.0
 L = 24
 
 
-def toy_dataset(episodes=12, length=20, seed=0) -> Dataset:
-    rng = np.random.default_rng(seed)
-    obs, act, term = [], [], []
-    for _ in range(episodes):
-        start = rng.uniform(-3, 3, 2)
-        a = rng.uniform(-1, 1, 2)
-        for t in range(length):
-            obs.append(start + 0.2 * t * a)
-            act.append(a)
-            term.append(t == length - 1)
-    return Dataset.from_arrays(np.array(obs, np.float32), np.array(act, np.float32), np.array(term))
-
-
-DATA = toy_dataset()
+DATA = toy_dataset([20] * 12, spread=3)  # 12 straight-line episodes of 20 rows, starting in [-3, 3]^2
 CFG, SAMPLER = make_configs(
     "gcbc", SPEC, "cpu", {"actor_hidden_dims": (16, 16), "value_hidden_dims": (16, 16), "batch_size": 16}
 )

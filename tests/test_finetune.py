@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import toy_dataset
 
 from ttt.agents import get_backbone, saw
 from ttt.agents.common import set_actor_goal
@@ -25,18 +26,7 @@ GCIQL = get_backbone("gciql")
 NAV = "pointmaze-medium-navigate-v0"
 
 
-def toy_dataset(episodes=6, length=15, seed=0) -> Dataset:
-    """Straight-line point episodes; episode e moves with the constant action `acts[e]`."""
-    rng = np.random.default_rng(seed)
-    obs, act, term = [], [], []
-    for _ in range(episodes):
-        start = rng.uniform(-2, 2, 2)
-        a = rng.uniform(-1, 1, 2)
-        for t in range(length):
-            obs.append(start + 0.2 * t * a)
-            act.append(a)
-            term.append(t == length - 1)
-    return Dataset.from_arrays(np.array(obs, np.float32), np.array(act, np.float32), np.array(term))
+TOY_LENGTHS = [15] * 6  # six straight-line point episodes of 15 rows (toy_dataset), starting in [-2, 2]^2
 
 
 def tiny(agent="gcbc", **over):
@@ -66,7 +56,7 @@ def test_config_errors():
 
 
 def test_set_actor_goal_by_hand():
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny()
     batch = make_batch(jax.random.key(0), data, jnp.arange(8), sampler)
     g = jnp.array([7.0, -3.0])
@@ -82,7 +72,7 @@ def test_set_actor_goal_by_hand():
 
 
 def test_saw_with_actor_goal_masks_rows():
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     sb = saw.make_saw_batch(jax.random.key(1), data, jnp.arange(6), tiny("saw")[1], 3)
     g = jnp.array([1.0, 2.0])
     out = saw.with_actor_goal(sb, g, jnp.array([True, False, True, False, True, False]))
@@ -95,7 +85,7 @@ def test_saw_with_actor_goal_masks_rows():
 
 
 def test_zero_steps_keep_the_agent():
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny()
     agent = init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent
     ft = make_finetune(GCBC, cfg, sampler, FinetuneConfig(steps=0))
@@ -106,7 +96,7 @@ def test_zero_steps_keep_the_agent():
 def test_finetune_fits_the_selected_rows_with_goal_g_star():
     """GC-BC fine-tuned on one episode's rows moves the action at those states, for goal g*, towards that
     episode's action; the loss falls."""
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny(lr=3e-3)
     agent = init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent
     ep = 3
@@ -127,7 +117,7 @@ def test_finetune_fits_the_selected_rows_with_goal_g_star():
 
 
 def test_fresh_optimiser_ignores_the_state_and_reuse_uses_it():
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny()
     state = init_state(jax.random.key(0), GCBC, 2, 2, cfg)
     w = episode_weights(data, 1)
@@ -146,7 +136,7 @@ def test_fresh_optimiser_ignores_the_state_and_reuse_uses_it():
 
 @pytest.mark.parametrize("agent", ["gcbc", "gciql", "gciql-awr", "qrl", "saw"])
 def test_every_backbone_finetunes_with_one_trace(agent):
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny(agent)
     name = get_backbone({"gciql-awr": "gciql"}.get(agent, agent))
     a0 = init_state(jax.random.key(0), name, 2, 2, cfg).agent
@@ -160,7 +150,7 @@ def test_every_backbone_finetunes_with_one_trace(agent):
 
 def test_gcbc_full_loss_trains_the_critic_and_leaves_the_actor_identical():
     """`full_loss` also fine-tunes GC-BC's critic (and moves its target), which changes no actor parameter."""
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny()
     agent = init_state(jax.random.key(0), GCBC, 2, 2, cfg).agent
     args = (agent, None, jax.random.key(3), data, episode_weights(data, 2), jnp.array([2.0, -1.0]))
@@ -180,7 +170,7 @@ def test_leaving_frozen_fields_out_of_adam_changes_nothing(agent, reuse):
 
     from ttt.finetune import make_ttt_step
 
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny(agent)
     backbone = get_backbone(agent)
     state = init_state(jax.random.key(0), backbone, 2, 2, cfg)
@@ -228,7 +218,7 @@ def test_actor_only_moves_the_policy_networks_and_nothing_else(agent, actors):
     """`train = 'actor'`: the policy networks move, every other field (critic, value, targets, QRL's lambda) keeps
     its pre-trained arrays bit for bit, even where a target differs from its online network; `train = 'all'`
     moves the critic too."""
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny(agent)
     backbone = get_backbone(agent)
     a0 = _perturbed(init_state(jax.random.key(0), backbone, 2, 2, cfg).agent)
@@ -252,7 +242,7 @@ def test_actor_only_step_is_adam_on_the_actor_loss_alone():
     from ttt.agents import gciql
     from ttt.finetune import make_ttt_step
 
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny("gciql")
     a0 = _perturbed(init_state(jax.random.key(0), GCIQL, 2, 2, cfg).agent)
     ft = FinetuneConfig(steps=1, lr=1e-2, train="actor")
@@ -280,7 +270,7 @@ def test_finetune_alpha_replaces_the_bc_weight():
     from ttt.agents import gciql
     from ttt.finetune import finetune_backbone_config, make_ttt_step
 
-    data = toy_dataset()
+    data = toy_dataset(TOY_LENGTHS, spread=2)
     cfg, sampler = tiny("gciql", alpha=0.003)
     a0 = init_state(jax.random.key(0), GCIQL, 2, 2, cfg).agent
     k = jax.random.key(4)

@@ -5,8 +5,6 @@ and actions; ``ttt eval`` gives the same episodes on both drivers."""
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 
 import equinox as eqx
@@ -15,7 +13,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
-from helpers import run
+from helpers import batch_draws, batch_reset, batch_rollout, cached_env, ogbench_maze_reset, run
 
 from ttt.envs import HumanoidMaze, hostsim, make_env, resolve_driver
 from ttt.envs import humanoidmaze as hm
@@ -23,34 +21,6 @@ from ttt.envs.gym import make_gym_env
 from ttt.errors import TttError
 
 HUM = "humanoidmaze-medium-v0"
-
-
-@functools.cache
-def _env(env_id: str = HUM):
-    return make_env(env_id)
-
-
-@eqx.filter_jit
-def _reset(env, keys, tasks):
-    return jax.vmap(env.reset)(keys, tasks)
-
-
-@eqx.filter_jit
-def _draws(env, keys, tasks):
-    return jax.vmap(env.reset_draws)(keys, tasks)
-
-
-@eqx.filter_jit
-def _rollout(env, state, actions):
-    """``actions`` (steps, batch, act): the vmapped env stepped by a scan, as the compiled episode steps it; also the
-    final state."""
-
-    def body(s, a):
-        s, obs, success = jax.vmap(env.step)(s, a)
-        return s, (obs, success)
-
-    state, (obs, success) = jax.lax.scan(body, state, actions)
-    return state, obs, success
 
 
 def _gym_rollouts(env, draws, actions):
@@ -84,13 +54,13 @@ def test_compiled_humanoid_gives_the_gym_trajectories_bit_for_bit(maze, key, tas
     """Episodes vmapped, as the compiled episode runs them (the physics split over worker threads): first
     observation, goal observation and every step's observation equal OGBench's gymnasium env exactly, with random
     actions; success flags agree; MuJoCo's float64 integration state at the end is OGBench's, bit for bit."""
-    env = _env(f"humanoidmaze-{maze}-v0")
+    env = cached_env(f"humanoidmaze-{maze}-v0")
     keys = jax.random.split(jax.random.key(key), len(tasks))
     tasks = jnp.array(tasks)
     actions = _random_actions(steps, len(tasks), key)
-    state, obs0, goal_obs = _reset(env, keys, tasks)
-    state, obs, success = _rollout(env, state, jnp.asarray(actions))
-    draws = jax.tree.map(np.asarray, _draws(env, keys, tasks))
+    state, obs0, goal_obs = batch_reset(env, keys, tasks)
+    state, obs, success = batch_rollout(env, state, jnp.asarray(actions))
+    draws = jax.tree.map(np.asarray, batch_draws(env, keys, tasks))
     ref0, ref_goal, ref_obs, ref_success, ref_states = _gym_rollouts(env, draws, actions)
     assert obs0.shape == (len(tasks), 69) and env.obs_dim == 69 and env.action_dim == 21
     np.testing.assert_array_equal(np.asarray(obs0), ref0)
@@ -111,18 +81,7 @@ def test_humanoid_reset_is_ogbench_reset_from_its_own_draws():
     u = env.unwrapped
     m = u.model
     env.reset(seed=4, options=dict(task_id=2))
-    np.random.seed(11)
-    glob = np.random.get_state()
-    rng, box = copy.deepcopy(u.np_random), copy.deepcopy(u.action_space)
-    obs, info = env.reset(options=dict(task_id=2))
-    rs = np.random.RandomState()
-    rs.set_state(glob)
-    noise = lambda: rs.uniform(low=-u._noise, high=u._noise) * u._maze_unit / 4  # noqa: E731  (OGBench's add_noise)
-    task = u.task_infos[1]
-    ix, iy = u.ij_to_xy(task["init_ij"])
-    init = np.array([ix + noise(), iy + noise()])
-    gx, gy = u.ij_to_xy(task["goal_ij"])
-    goal = np.array([gx + noise(), gy + noise()])
+    obs, info, rng, box, init, goal = ogbench_maze_reset(env, task_id=2)
     poses = []  # HumanoidEnv.reset_model's draws, attempt after attempt, in its order
     for _ in range(2 * hm.ATTEMPTS):
         q, v = rng.uniform(size=4), 0.1 * rng.standard_normal(m.nv)
@@ -160,14 +119,14 @@ def test_a_reset_whose_poses_all_penetrate_raises():
 def test_reset_to_success_after_the_step_and_the_same_on_the_gym_env():
     """A goal at the start: success from the first step, on the compiled env and on OGBench's env put in the same
     episode (``impose`` with ``reset_to``'s draws); a goal away: no success. ``reset_to`` refuses a batch."""
-    env = _env()
+    env = cached_env(HUM)
     start = jnp.array([0.0, 0.0])
     key = jax.random.key(3)
     actions = _random_actions(3, 1, 3)
     for goal, expect in ((start, True), (jnp.array([4.0, 0.0]), False)):
         state, obs0, goal_obs = eqx.filter_jit(lambda e, s, g, k: e.reset_to(s, g, k))(env, start, goal, key)
-        _, obs, success = jax.tree.map(np.asarray, _rollout(env, jax.tree.map(lambda x: x[None], state),
-                                                            jnp.asarray(actions)))  # fmt: skip
+        _, obs, success = jax.tree.map(np.asarray, batch_rollout(env, jax.tree.map(lambda x: x[None], state),
+                                                                 jnp.asarray(actions)))  # fmt: skip
         assert success.all() == expect and success.any() == expect
         assert np.allclose(env.goal_coords(np.asarray(obs0)), start, atol=1e-6)
         assert np.allclose(env.goal_coords(np.asarray(goal_obs)), goal, atol=1e-6)
@@ -185,12 +144,12 @@ def test_reset_to_success_after_the_step_and_the_same_on_the_gym_env():
 def test_batch_rows_equal_single_episodes_and_reset_is_a_function_of_the_key():
     """A vmapped batch is the episodes one by one (no row sees another's); the same key gives the same episode, another
     key another; out-of-range tasks are refused; rebuilt envs share the host side."""
-    env = _env()
+    env = cached_env(HUM)
     keys = jnp.stack([jax.random.key(4), jax.random.key(4), jax.random.key(5)])
     tasks = jnp.array([2, 2, 3])
     actions = _random_actions(6, 3, 1)
-    state, obs0, goal = _reset(env, keys, tasks)
-    _, obs, _ = _rollout(env, state, jnp.asarray(actions))
+    state, obs0, goal = batch_reset(env, keys, tasks)
+    _, obs, _ = batch_rollout(env, state, jnp.asarray(actions))
     obs0, goal, obs = np.asarray(obs0), np.asarray(goal), np.asarray(obs)
     np.testing.assert_array_equal(obs0[0], obs0[1])
     assert not np.array_equal(obs0[0], obs0[2])
@@ -200,7 +159,7 @@ def test_batch_rows_equal_single_episodes_and_reset_is_a_function_of_the_key():
         np.testing.assert_array_equal(np.asarray(o), obs0[b])
         np.testing.assert_array_equal(np.asarray(g), goal[b])
         s = jax.tree.map(lambda x: x[None], s)
-        _, ob, _ = _rollout(env, s, jnp.asarray(actions[:, b : b + 1]))
+        _, ob, _ = batch_rollout(env, s, jnp.asarray(actions[:, b : b + 1]))
         np.testing.assert_array_equal(np.asarray(ob)[:, 0], obs[:, b])
     # The goal observation near the task's goal (OGBench's noise, the humanoid moved there after its random steps).
     assert np.abs(env.goal_coords(goal[0]) - np.asarray(env.reset_draws(keys[0], 2)["goal"])).max() < 1e-5
@@ -218,7 +177,7 @@ def test_registered_for_the_compiled_driver():
         assert resolve_driver("host", "mujoco", env_id) == "host"
         with pytest.raises(TttError, match=f"{env_id} runs on C MuJoCo only \\(not built: MJX"):
             resolve_driver("auto", "mjx", env_id)
-        env = _env(env_id)
+        env = cached_env(env_id)
         assert isinstance(env, HumanoidMaze) and env.max_steps == steps and env.goal_eps == 0.5
         u = env.info.gym_env.unwrapped
         np.testing.assert_array_equal(env.init_xy, [u.ij_to_xy(t["init_ij"]) for t in u.task_infos])

@@ -14,11 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import assert_same_values
+from helpers import assert_same_values, toy_dataset
 
 import ttt.episode as episode_mod
 from ttt.agents import get_backbone
-from ttt.data.dataset import Dataset
 from ttt.data.specs import get_spec
 from ttt.envs.toy import OpenPoint
 from ttt.episode import Transforms, TTTConfig, lazy_pass, make_episodes, make_round_fns, round_keys, value_pass_rows
@@ -34,20 +33,7 @@ L = 24
 LENGTHS = (20, 7, 31, 12, 25, 9, 18, 40, 5, 16, 22, 11, 14, 27)  # unequal episode lengths
 
 
-def toy_dataset(seed=0) -> Dataset:
-    rng = np.random.default_rng(seed)
-    obs, act, term = [], [], []
-    for length in LENGTHS:
-        start = rng.uniform(-3, 3, 2)
-        a = rng.uniform(-1, 1, 2)
-        for t in range(length):
-            obs.append(start + 0.2 * t * a)
-            act.append(a)
-            term.append(t == length - 1)
-    return Dataset.from_arrays(np.array(obs, np.float32), np.array(act, np.float32), np.array(term))
-
-
-DATA = toy_dataset()
+DATA = toy_dataset(LENGTHS, spread=3)
 CFG, SAMPLER = make_configs(
     "gcbc", SPEC, "cpu", {"actor_hidden_dims": (16, 16), "value_hidden_dims": (16, 16), "batch_size": 16}
 )
@@ -242,7 +228,6 @@ def test_round_function_loop_carries_the_cache():
 
 
 def _full_values(agent, goal):
-
     return eqx.filter_jit(episode_mod.dataset_values)(GCBC.value, agent, DATA.observations, goal,
                                                       CHUNK)  # fmt: skip
 

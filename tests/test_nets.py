@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import a64, np_mlp
 
 from ttt.nets import MLP, GaussianActor, GCValue, IQEValue, iqe_distance, make_linear
 
@@ -35,33 +36,6 @@ def build(make, *args, **kw):
     """``make(KEY, *args, **kw)`` under jit (key first, as every module constructor takes it)."""
     key, *rest = args
     return jcall(lambda k: make(k, *rest, **kw), key)
-
-
-def a64(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
-
-
-def np_gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-
-
-def np_layer_norm(x, scale, bias, eps=1e-6):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * scale + bias
-
-
-def np_mlp(mlp: MLP, x, index=None):
-    """Forward of an OGBench MLP in NumPy, reading the weights from `mlp` (member `index` of a stack)."""
-    pick = (lambda a: a64(a)) if index is None else (lambda a: a64(a)[index])
-    n = len(mlp.layers)
-    for i, layer in enumerate(mlp.layers):
-        x = x @ pick(layer.weight) + pick(layer.bias)
-        if i + 1 < n or mlp.activate_final:
-            x = np_gelu(x)
-            if mlp.layer_norm:
-                x = np_layer_norm(x, pick(mlp.norms[i].scale), pick(mlp.norms[i].bias))
-    return x
 
 
 def np_iqe_bruteforce(x, y):

@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import a64, hand_batch, np_mlp
 
 from ttt.agents import get_backbone, saw
-from ttt.data.batch import Batch
 from ttt.data.dataset import Dataset
 from ttt.data.sampler import GoalMix, SamplerConfig, make_batch, sample_rows
 
@@ -52,24 +52,9 @@ CFG_STD = dataclasses.replace(CFG, const_std=False)
 def make_saw_batch_by_hand(seed: int = 0) -> saw.SawBatch:
     """Six rows; row 0 has its value goal at the current state (reward 0, mask 0)."""
     rng = np.random.default_rng(seed)
-    f = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
-    obs = f(B, OBS)
-    value_goals = f(B, OBS)
-    value_goals[0] = obs[0]
-    rewards = -np.ones(B, np.float32)
-    rewards[0] = 0.0
-    base = Batch(
-        observations=jnp.asarray(obs),
-        actions=jnp.asarray(np.clip(f(B, ACT), -1, 1)),
-        next_observations=jnp.asarray(obs + 0.1 * f(B, OBS)),
-        value_goals=jnp.asarray(value_goals),
-        actor_goals=jnp.asarray(f(B, OBS)),
-        rewards=jnp.asarray(rewards),
-        masks=jnp.asarray(-rewards),
-        idxs=jnp.arange(B),
-        value_goal_idxs=jnp.arange(B).at[1:].add(3),
-        actor_goal_idxs=jnp.arange(B) + 5,
-    )
+    base = hand_batch(rng, B, OBS, ACT)
+    f = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731  (after the base batch's draws)
+    obs = np.asarray(base.observations)
     return saw.SawBatch(
         base=base,
         low_goals=jnp.asarray(obs + f(B, OBS)),
@@ -96,28 +81,6 @@ AGENT_STD = perturb(FRESH_STD)
 
 # ---------------------------------------------------------------------------------------------------------------
 # NumPy forwards (float64)
-
-
-def a64(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64)
-
-
-def np_gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-
-
-def np_mlp(mlp, x, index=None):
-    pick = (lambda a: a64(a)) if index is None else (lambda a: a64(a)[index])
-    n = len(mlp.layers)
-    for i, layer in enumerate(mlp.layers):
-        x = x @ pick(layer.weight) + pick(layer.bias)
-        if i + 1 < n or mlp.activate_final:
-            x = np_gelu(x)
-            if mlp.layer_norm:
-                mu = x.mean(-1, keepdims=True)
-                var = ((x - mu) ** 2).mean(-1, keepdims=True)
-                x = (x - mu) / np.sqrt(var + 1e-6) * pick(mlp.norms[i].scale) + pick(mlp.norms[i].bias)
-    return x
 
 
 def np_goal_rep(rep, s, g):
