@@ -7,17 +7,12 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import os
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-from ttt.stats import welch
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
@@ -57,7 +52,9 @@ def test_anchor_rule_by_hand():
 
 
 def test_every_script_has_a_folder_and_a_line_on_the_scripts_page():
-    loose = sorted(p.name for p in BENCH.glob("*") if p.suffix in (".py", ".sh") and p.name not in (*QUEUES, "report.py"))
+    loose = sorted(
+        p.name for p in BENCH.glob("*") if p.suffix in (".py", ".sh") and p.name not in (*QUEUES, "report.py")
+    )
     assert not loose, f"scripts directly in benchmarks/ (give each its folder): {loose}"
     text = SCRIPTS.read_text()
     queues = text.split("### The GPU queues", 1)[1].split("\n### ", 1)[0]
