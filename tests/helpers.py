@@ -96,16 +96,16 @@ def within(seconds: float):
 # ---------------------------------------------------------------------------------------------------- data
 
 
-def toy_dataset(lengths: Sequence[int], spread: float, seed: int = 0) -> Dataset:
+def toy_dataset(lengths: Sequence[int], spread: float, seed: int = 0, step: float = 0.2) -> Dataset:
     """Straight-line point episodes, one of each length in `lengths`: each starts uniformly in [-spread, spread]^2
-    and moves 0.2 * its constant action (uniform in [-1, 1]^2) a step."""
+    and moves `step` * its constant action (uniform in [-1, 1]^2) a step."""
     rng = np.random.default_rng(seed)
     obs, act, term = [], [], []
     for length in lengths:
         start = rng.uniform(-spread, spread, 2)
         a = rng.uniform(-1, 1, 2)
         for t in range(length):
-            obs.append(start + 0.2 * t * a)
+            obs.append(start + step * t * a)
             act.append(a)
             term.append(t == length - 1)
     return Dataset.from_arrays(np.array(obs, np.float32), np.array(act, np.float32), np.array(term))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import equinox as eqx
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,16 +34,7 @@ NAV = "pointmaze-medium-navigate-v0"
 
 def toy_dataset(episodes=4, length=12, seed=0) -> Dataset:
     """Point-like episodes: obs = xy walking in a straight line with the action as its step."""
-    rng = np.random.default_rng(seed)
-    obs, act, term = [], [], []
-    for _ in range(episodes):
-        start = rng.uniform(-1, 1, 2)
-        a = rng.uniform(-1, 1, 2)
-        for t in range(length):
-            obs.append(start + 0.1 * t * a)
-            act.append(a)
-            term.append(t == length - 1)
-    return Dataset.from_arrays(np.array(obs, np.float32), np.array(act, np.float32), np.array(term))
+    return helpers.toy_dataset([length] * episodes, spread=1, seed=seed, step=0.1)
 
 
 def tiny(agent="gciql", **over):
@@ -67,6 +59,7 @@ def test_vmap_over_seeds_equals_loop():
     chunk = make_chunk(GCIQL, cfg, sampler, 5)
     out, _ = chunk(states, keys, data)
     update = eqx.filter_jit(make_update(GCIQL, cfg, sampler))
+
     def seed_slice(tree, s):
         return jax.tree.map(lambda x: x[s] if eqx.is_array(x) else x, tree)
 
