@@ -137,3 +137,20 @@ def test_checkpoints_table_by_hand(monkeypatch):
     decl["before"] = {"x-base": "first"}
     decl["remade"] = {}
     assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| not run yet | - | {'a' * 12}: the first recipe's |")
+
+
+def test_per_task_table_by_hand(monkeypatch):
+    """Each row's per-task success at 10k and 100k, a row not run left out, its mean +- s.e. over seeds beside."""
+
+    def rec(tasks, per_seed):
+        return {"per_seed": per_seed, "raw": {"per_task": tasks}}
+
+    recs = {"b10": rec([0.0, 0.5], [0.0, 0.5]), "b100": rec([1.0, 0.25], [0.5, 0.75]), "t100": rec([1.0, 1.0], [1, 1])}
+    monkeypatch.setattr(beyond2.records, "maybe", lambda ref: recs.get(ref) if ref else None)
+    decl = {"datasets": [{"short": "x"}], "choose": ["x"], "candidates": [["ttt", "GC-TTT"], ["ttgs", "TTGS"]],
+            "before": {"x-base": "b10"}, "rows": {"x-base": "b100", "x-ttt": "t100"}}  # fmt: skip
+    lines = beyond2.per_task(decl).splitlines()
+    assert lines[0] == "| dataset | method | updates | task 1 | task 2 | all |"
+    assert lines[2:] == ["| x | base | 10k | 0.00 | 0.50 | 0.25 +- 0.25 |",
+                         "| x | base | 100k | 1.00 | 0.25 | 0.62 +- 0.12 |",
+                         "| x | GC-TTT | 100k | 1.00 | 1.00 | 1.00 +- 0.00 |"]  # fmt: skip

@@ -302,3 +302,28 @@ def front_line(decl: dict) -> str:
             m, se = stats.mean_se(x["per_seed"])
             words.append(f"{ds['short']} {m:.2f} ({anchor_verdict(m, se, *s.anchor(ds))})")
     return f"So far: the recipe is {label}; " + (", ".join(words) if words else "no row of it yet") + "."
+
+
+def per_task(decl: dict) -> str:
+    """Success per evaluation task (mean over seeds x episodes) of base and each candidate, 10k against 100k: where
+    a dataset's mean comes from (a task every row misses, or one that a method alone solves)."""
+    s = Study(decl)
+    n_tasks = max((len(r["raw"]["per_task"]) for r in _every_row(decl) if r["raw"].get("per_task")), default=5)
+    heads = " | ".join(f"task {i + 1}" for i in range(n_tasks))
+    out = [f"| dataset | method | updates | {heads} | all |", "|---|---|---|" + "---|" * (n_tasks + 1)]
+    methods = [("base", "base")] + [tuple(c) for c in s.candidates]
+    for ds in s.datasets:
+        short = ds["short"]
+        for suffix, label in methods:
+            for updates, rec in (("10k", _before(decl, short, suffix)), ("100k", s.row(short, suffix))):
+                if rec is None:
+                    continue
+                tasks = rec["raw"].get("per_task") or []
+                cells = [f"{t:.2f}" for t in tasks] + ["-"] * (n_tasks - len(tasks))
+                out.append(f"| {short} | {label} | {updates} | " + " | ".join(cells) + f" | {_pm(rec)} |")
+    return "\n".join(out)
+
+
+def _every_row(decl: dict) -> list[dict]:
+    refs = list(decl.get("before", {}).values()) + list(decl["rows"].values())
+    return [r for r in (records.maybe(x) for x in refs) if r is not None]
