@@ -39,6 +39,15 @@ def test_docs_are_linked_from_the_readme():
         assert f"docs/{name}" in readme and (DOCS / name).exists()
 
 
+def test_every_shipped_pipeline_is_named_in_the_readme_and_reference():
+    """README.md's list of shipped pipelines and docs/reference.md's table name every file under pipelines/."""
+    readme, reference = (DOCS.parent / "README.md").read_text(), (DOCS / "reference.md").read_text()
+    names = sorted(p.stem for p in (DOCS.parent / "pipelines").glob("*.toml"))
+    assert len(names) >= 10
+    assert [n for n in names if f"`{n}`" not in readme] == []
+    assert [n for n in names if f"| `{n}` |" not in reference] == []
+
+
 def test_readme_results_teaser_is_the_front_pages():
     """README.md's results teaser quotes benchmarks/README.md (generated from the records): each of its lines is a
     line of the front page as it stands, so a regenerated front page cannot leave the teaser behind."""
