@@ -570,6 +570,8 @@ def main(argv: list[str] | None = None) -> dict:
             if expect == "interrupted":  # a signal: exit 143, one line that does not promise a resume
                 ok = rc == 143 and "nothing is saved" in err and "Traceback" not in err
                 observed = f"exit {rc}: {err.strip().splitlines()[-1][:200] if err.strip() else ''}"
+                if not ok:  # the whole of stderr's end, to tell where a stray line came from
+                    observed += " (stderr ends: " + " / ".join(err.strip().splitlines()[-12:])[-1500:] + ")"
             else:
                 ok, observed = judge(expect, rc, out, err)
             rows.append(dict(case=name, command=shown, expected=expect, observed=observed.replace(str(root), "TMP"),
