@@ -154,3 +154,34 @@ def test_per_task_table_by_hand(monkeypatch):
     assert lines[2:] == ["| x | base | 10k | 0.00 | 0.50 | 0.25 +- 0.25 |",
                          "| x | base | 100k | 1.00 | 0.25 | 0.62 +- 0.12 |",
                          "| x | GC-TTT | 100k | 1.00 | 1.00 | 1.00 +- 0.00 |"]  # fmt: skip
+
+
+def test_diagnosis_held_by_hand(monkeypatch):
+    """Each stated outcome read on each dataset: yes / no beside what it read, "-" where it does not apply or is not
+    measured, and the count of yes over what was measured."""
+    import numpy as np
+
+    def rec(sha, per_seed):
+        s = np.asarray(per_seed, float)[:, None, None] * np.ones((1, 1, 2))
+        return {"sha": sha * 64, "per_seed": s.reshape(len(s), -1).mean(1), "raw": {},
+                "rec": {"success": s, "run": {"name": sha}, "checkpoint_sha256": sha * 64}}  # fmt: skip
+
+    recs = {"x10": rec("a", [0.0, 0.0, 0.1]), "x100": rec("b", [0.5, 0.4, 0.6]), "xt10": rec("a", [0.9, 0.9, 1.0]),
+            "xt100": rec("b", [0.4, 0.5, 0.3]), "y100": rec("c", [0.1, 0.1, 0.1])}  # fmt: skip
+    horizons = {"a" * 64: {"horizon": 48.9, "threshold": 24.0}, "b" * 64: {"horizon": 123.2, "threshold": 48.0},
+                "c" * 64: {"horizon": 60.0, "threshold": 30.0}}  # fmt: skip
+    probes = {"c" * 64: {"offsets": [{"offset": 1, "cosine": 0.5}, {"offset": 3, "cosine": -0.1},
+                                     {"offset": 6, "cosine": 0.2}]}}  # fmt: skip
+    monkeypatch.setattr(beyond2.records, "maybe", lambda ref: recs.get(ref) if ref else None)
+    monkeypatch.setattr(beyond2, "horizon_of", lambda decl, sha: horizons.get(sha))
+    monkeypatch.setattr(beyond2, "probe_of", lambda decl, sha: probes.get(sha))
+    monkeypatch.setattr(beyond2, "_round_metrics", lambda r: {} if r is None else {"ttgs_goal_frac": 0.8})
+    decl = {"datasets": [{"short": "x-nav"}, {"short": "y-stitch"}], "choose": ["x-nav"],
+            "candidates": [["ttgs-rule", "TTGS (rule)"]],
+            "before": {"x-nav-base": "x10", "x-nav-ttgs-rule": "xt10"},
+            "rows": {"x-nav-base": "x100", "x-nav-ttgs-rule": "xt100", "y-stitch-base": "y100"}}  # fmt: skip
+    lines = beyond2.diagnosis_held(decl).splitlines()
+    assert lines[2].startswith("| x-nav | 48.9 -> 123.2, threshold 48: yes | 0.80: no | - | -0.53 (")
+    assert lines[2].endswith("), loss: no |")
+    assert lines[3] == "| y-stitch | ? -> 60.0, threshold 30: no | - | +0.50 / -0.10 / +0.20: no | - |"
+    assert lines[4] == "| measured so far | 1 of 2 yes | 0 of 1 yes | 0 of 1 yes | 0 of 1 yes |"

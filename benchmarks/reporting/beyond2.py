@@ -23,7 +23,7 @@ import sys
 from functools import cache
 
 from ttt import stats
-from ttt.graph import horizon_tau_threshold
+from ttt.graph import HORIZON_THRESHOLD_MAX, horizon_tau_threshold
 
 from . import records
 from .beyond import Study, anchor_verdict, choose
@@ -327,3 +327,68 @@ def per_task(decl: dict) -> str:
 def _every_row(decl: dict) -> list[dict]:
     refs = list(decl.get("before", {}).values()) + list(decl["rows"].values())
     return [r for r in (records.maybe(x) for x in refs) if r is not None]
+
+
+GOAL_SHARE_10K = 0.74  # the lowest share of steps towards the final goal of the first recipe's 10k TTGS rows
+
+
+def _gain_word(before: dict, after: dict) -> tuple[str, str]:
+    """100k - 10k of one method (Welch over seeds: other checkpoints) and its word by two s.e.: gain / level / loss."""
+    d = diff(before, after)
+    word = "gain" if d.diff > 2 * d.se else ("loss" if -d.diff > 2 * d.se else "level")
+    return f"{d.diff:+.2f} ({d.se:.2f})", word
+
+
+def diagnosis_held(decl: dict) -> str:
+    """The protocol's four outcomes that would say the diagnosis held, each as measured on each dataset: H at 100k with
+    the rule's threshold at its cap (48), TTGS (rule)'s share of steps towards the final goal at 100k under the first
+    recipe's 10k rows' lowest (0.74), the stitch probe's cosine positive at 1, 3 and 6 steps at 100k, and TTGS (rule)
+    gaining from 10k to 100k by two s.e.; each cell "yes" or "no" beside what it read, "-" where it does not apply or
+    is not measured yet, and a last line counting them."""
+    s = Study(decl)
+    cap = HORIZON_THRESHOLD_MAX
+    out = [f"| dataset | H: 10k -> 100k (threshold at its cap {cap:g}) | TTGS (rule) towards the final goal, 100k "
+           f"(under {GOAL_SHARE_10K:.2f}) | stitch probe at 1 / 3 / 6 steps, 100k (all positive) | TTGS (rule) "
+           "100k - 10k, s.e. (a gain by two s.e.) |", "|---|---|---|---|---|"]  # fmt: skip
+    tally: list[list[str]] = [[], [], [], []]
+    for ds in s.datasets:
+        short = ds["short"]
+        base10, base100 = _before(decl, short, "base"), s.row(short, "base")
+        h10 = None if base10 is None else horizon_of(decl, base10["sha"])
+        h100 = None if base100 is None else horizon_of(decl, base100["sha"])
+        cells = []
+        if h100 is None:
+            cells.append("-")
+        else:
+            word = "yes" if h100["threshold"] >= cap else "no"
+            tally[0].append(word)
+            start = "?" if h10 is None else f"{h10['horizon']:.1f}"
+            cells.append(f"{start} -> {h100['horizon']:.1f}, threshold {h100['threshold']:g}: {word}")
+        share = _round_metrics(s.row(short, "ttgs-rule")).get("ttgs_goal_frac")
+        if share is None or math.isnan(share):
+            cells.append("-")
+        else:
+            word = "yes" if share < GOAL_SHARE_10K else "no"
+            tally[1].append(word)
+            cells.append(f"{share:.2f}: {word}")
+        p = None if base100 is None else probe_of(decl, base100["sha"])
+        if "stitch" not in short or p is None:
+            cells.append("-")
+        else:
+            by_k = {o["offset"]: o["cosine"] for o in p["offsets"]}
+            cos = [by_k.get(k, math.nan) for k in (1, 3, 6)]
+            word = "yes" if all(c > 0 for c in cos) else "no"
+            tally[2].append(word)
+            cells.append(" / ".join(f"{c:+.2f}" for c in cos) + f": {word}")
+        before, after = _before(decl, short, "ttgs-rule"), s.row(short, "ttgs-rule")
+        if before is None or after is None:
+            cells.append("-")
+        else:
+            gap, g = _gain_word(before, after)
+            word = "yes" if g == "gain" else "no"
+            tally[3].append(word)
+            cells.append(f"{gap}, {g}: {word}")
+        out.append(f"| {short} | " + " | ".join(cells) + " |")
+    counts = [f"{t.count('yes')} of {len(t)} yes" if t else "-" for t in tally]
+    out.append("| measured so far | " + " | ".join(counts) + " |")
+    return "\n".join(out)
