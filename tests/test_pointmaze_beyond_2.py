@@ -7,6 +7,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ttt.graph import HORIZON_THRESHOLD_MAX, HORIZON_THRESHOLD_MIN, horizon_tau_threshold
@@ -131,12 +132,19 @@ def test_checkpoints_table_by_hand(monkeypatch):
     decl = {"datasets": [{"short": "x"}], "first": {"x": "first"}, "remade": {"x": "again"},
             "before": {"x-base": "again", "x-ttt-alpha0.3": "again"}}  # fmt: skip
     line = beyond2.checkpoints(decl).splitlines()[2]
-    assert line == f"| x | {'a' * 12} ({'a' * 16}) | {'b' * 12} ({'b' * 16}) | no | {'b' * 12}: made again |"
+    assert line == (f"| x | {'a' * 12} ({'a' * 16}) | {'b' * 12} ({'b' * 16}) | no | {'b' * 12}: made again | "
+                    "not run yet | - |")
+    decl["rows"] = {"x-base": "other"}  # a 100k checkpoint trained on another copy of the data than the 10k rows'
+    assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| {'c' * 12} ({'c' * 16}) | no: another copy |")
+    recs["other"]["raw"]["dataset_hash"] = "b" * 16
+    assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| {'c' * 12} ({'b' * 16}) | yes |")
     decl["before"]["x-ttgs-rule"] = "first"
     assert f"MIXED: {'a' * 12}, {'b' * 12}" in beyond2.checkpoints(decl)
     decl["before"] = {"x-base": "first"}
     decl["remade"] = {}
-    assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| not run yet | - | {'a' * 12}: the first recipe's |")
+    decl["rows"] = {}
+    assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| not run yet | - | {'a' * 12}: the first recipe's | "
+                                                             "not run yet | - |")
 
 
 def test_per_task_table_by_hand(monkeypatch):
@@ -185,3 +193,30 @@ def test_diagnosis_held_by_hand(monkeypatch):
     assert lines[2].endswith("), loss: no |")
     assert lines[3] == "| y-stitch | ? -> 60.0, threshold 30: no | - | +0.50 / -0.10 / +0.20: no | - |"
     assert lines[4] == "| measured so far | 1 of 2 yes | 0 of 1 yes | 0 of 1 yes | 0 of 1 yes |"
+
+
+def test_more_seeds_says_when_its_halves_were_trained_on_other_copies_of_the_data(monkeypatch):
+    """The pooled more-seeds row is computed over both halves; where the first and the more seeds' checkpoints were
+    trained on different copies of the data (by dataset hash), a line under the table names both copies."""
+    from reporting import beyond
+
+    def rec(ckpt, data, rates):
+        s = np.repeat(np.asarray(rates, float)[:, None, None], 6, axis=2)  # (seeds, 1 task, 6 episodes)
+        return {"per_seed": np.asarray(rates, float), "shape": "x".join(map(str, s.shape)),
+                "raw": {"dataset_hash": data},
+                "rec": {"success": s, "run": {}, "checkpoint_sha256": ckpt * 64, "dataset_hash": data}}  # fmt: skip
+
+    recs = {"b": rec("a", "1" * 16, [0.0, 0.5]), "t": rec("a", "1" * 16, [1.0, 0.5]),
+            "bm": rec("c", "2" * 16, [0.0, 0.0]), "tm": rec("c", "2" * 16, [0.5, 1.0])}  # fmt: skip
+    monkeypatch.setattr(beyond.records, "maybe", lambda ref: recs.get(ref) if ref else None)
+    monkeypatch.setattr(beyond, "choose", lambda s: {"recipe": "ttt"})
+    decl = {"datasets": [{"short": "x", "anchor": 0.9, "sd": 0.1, "anchor_seeds": 4}], "choose": ["x"],
+            "candidates": [["ttt", "GC-TTT"]], "more": ["x"],
+            "rows": {"x-base": "b", "x-ttt": "t", "x-base-more": "bm", "x-ttt-more": "tm"}}  # fmt: skip
+    lines = beyond.more_seeds(decl).splitlines()
+    assert lines[2].startswith("| x | GC-TTT | 0.75 +- 0.25 | 0.75 +- 0.25 | **0.75 +- 0.14** (4 seeds) |")
+    assert lines[-1].startswith(f"x: the first seeds were trained on the copy of the data with hash {'1' * 16}, the "
+                                f"more seeds on the copy with hash {'2' * 16}")  # fmt: skip
+    recs["bm"]["raw"]["dataset_hash"] = recs["tm"]["raw"]["dataset_hash"] = "1" * 16
+    recs["bm"]["rec"]["dataset_hash"] = recs["tm"]["rec"]["dataset_hash"] = "1" * 16
+    assert len(beyond.more_seeds(decl).splitlines()) == 3  # one copy: no line under the table

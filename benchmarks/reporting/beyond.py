@@ -209,15 +209,19 @@ def pooled(s: Study, short: str, recipe: str) -> dict | None:
     m, se = stats.mean_se(ours)
     return dict(first=stats.mean_se(pairs[0][1]["per_seed"]), more=stats.mean_se(pairs[1][1]["per_seed"]), mean=m,
                 se=se, seeds=len(ours), shape=" + ".join(y["shape"] for _, y in pairs), gain=stats.paired(base, ours),
-                verdict=anchor_verdict(m, se, anchor, anchor_se), anchor=(anchor, anchor_se))  # fmt: skip
+                verdict=anchor_verdict(m, se, anchor, anchor_se), anchor=(anchor, anchor_se),
+                data=[y["raw"].get("dataset_hash") for _, y in pairs])  # fmt: skip
 
 
 def more_seeds(decl: dict) -> str:
+    """The recipe on the first and the more seeds, pooled, against the anchor; a dataset whose two halves were trained
+    on different copies of the data (the generator's output differs between machines) says so under the table."""
     s = Study(decl)
     c = choose(s)
     out = ["| dataset | recipe | first seeds | more seeds | pooled | seeds x tasks x "
            "episodes | recipe - base, pooled (s.e., p paired) | anchor | verdict |", "|---|" + "---|" * 8]  # fmt: skip
     labels = dict(s.candidates)
+    copies = []
     for short in decl["more"]:
         x = None if c["recipe"] is None else pooled(s, short, c["recipe"])
         if x is None:
@@ -228,4 +232,8 @@ def more_seeds(decl: dict) -> str:
                    f"**{x['mean']:.2f} +- {x['se']:.2f}** ({x['seeds']} seeds) | {x['shape']} | {g.diff:+.2f} "
                    f"({g.se:.2f}, {g.p:.3g}) | {x['anchor'][0]:.3f} +- {x['anchor'][1]:.3f} | "
                    f"{x['verdict']} |")  # fmt: skip
-    return "\n".join(out)
+        if len(set(x["data"])) > 1:
+            copies.append(f"{short}: the first seeds were trained on the copy of the data with hash {x['data'][0]}, "
+                          f"the more seeds on the copy with hash {x['data'][1]} (the same generator and seed, run on "
+                          "another machine); each half is paired with its own base.")  # fmt: skip
+    return "\n".join(out + ([""] + copies if copies else []))

@@ -163,9 +163,12 @@ def anchors(decl: dict) -> str:
 def checkpoints(decl: dict) -> str:
     """Which 10k checkpoint each dataset's before rows use: the first recipe's (the checkpoint of its chosen row) and
     the one made again here (``remade``), by digest and dataset hash; a dataset whose before rows are not all on one
-    checkpoint says so."""
+    checkpoint says so. Beside them the 100k checkpoint (its base row's) and whether it was trained on the same copy
+    of the data as the 10k rows' checkpoint (the generator's output differs between machines: another copy means the
+    100k run did not continue the 10k rows' checkpoint)."""
     out = ["| dataset | first recipe's 10k checkpoint (dataset hash) | made again here (dataset hash) | the same | "
-           "the 10k rows use |", "|---|---|---|---|---|"]  # fmt: skip
+           "the 10k rows use | 100k checkpoint (dataset hash) | 100k on the 10k rows' data |",
+           "|---|---|---|---|---|---|---|"]  # fmt: skip
 
     def cell(rec: dict | None) -> str:
         return NOT_RUN if rec is None else f"{rec['sha'][:12]} ({rec['raw'].get('dataset_hash')})"
@@ -174,7 +177,14 @@ def checkpoints(decl: dict) -> str:
         short = ds["short"]
         first, again = records.maybe(decl["first"].get(short)), records.maybe(decl.get("remade", {}).get(short))
         same = "-" if first is None or again is None else ("yes" if first["sha"] == again["sha"] else "no")
-        used = {r["sha"] for r in (_before(decl, short, k) for k in ("base", "ttt-alpha0.3", "ttgs-rule")) if r}
+        before = [r for r in (_before(decl, short, k) for k in ("base", "ttt-alpha0.3", "ttgs-rule")) if r]
+        used = {r["sha"] for r in before}
+        after = records.maybe(decl.get("rows", {}).get(f"{short}-base"))
+        if after is None or not before:
+            on_same = "-"
+        else:
+            on_same = "yes" if {r["raw"].get("dataset_hash") for r in before} == {after["raw"].get("dataset_hash")} \
+                else "no: another copy"
         if not used:
             use = NOT_RUN
         elif len(used) > 1:
@@ -187,7 +197,7 @@ def checkpoints(decl: dict) -> str:
                 use = f"{sha[:12]}: made again"
             else:
                 use = f"{sha[:12]}: neither"
-        out.append(f"| {short} | {cell(first)} | {cell(again)} | {same} | {use} |")
+        out.append(f"| {short} | {cell(first)} | {cell(again)} | {same} | {use} | {cell(after)} | {on_same} |")
     return "\n".join(out)
 
 
