@@ -220,3 +220,17 @@ def test_more_seeds_says_when_its_halves_were_trained_on_other_copies_of_the_dat
     recs["bm"]["raw"]["dataset_hash"] = recs["tm"]["raw"]["dataset_hash"] = "1" * 16
     recs["bm"]["rec"]["dataset_hash"] = recs["tm"]["rec"]["dataset_hash"] = "1" * 16
     assert len(beyond.more_seeds(decl).splitlines()) == 3  # one copy: no line under the table
+
+
+def test_front_line_reads_the_pooled_verdict_where_more_seeds_ran():
+    """The front page's line gives a dataset with more seeds its pooled figure and verdict, not its first 5 seeds'."""
+    from reporting import beyond
+
+    s = beyond.Study(DECL)
+    recipe = beyond.choose(s)["recipe"]
+    line = beyond2.front_line(DECL)
+    for short in DECL["more"]:
+        x = beyond.pooled(s, short, recipe)
+        if x is not None:
+            assert f"{short} {x['mean']:.2f} over {x['seeds']} seeds ({x['verdict']})" in line
+            assert x["seeds"] == 10

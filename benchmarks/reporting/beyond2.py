@@ -26,7 +26,7 @@ from ttt import stats
 from ttt.graph import HORIZON_THRESHOLD_MAX, horizon_tau_threshold
 
 from . import records
-from .beyond import Study, anchor_verdict, choose
+from .beyond import Study, anchor_verdict, choose, pooled
 from .cells import diff
 
 PROBE_OFFSETS = (1, 3, 6, 24)
@@ -299,7 +299,8 @@ def diagnoses(decl: dict) -> str:
 
 
 def front_line(decl: dict) -> str:
-    """One line for the front page: the recipe (or why none yet) and the verdicts so far."""
+    """One line for the front page: the recipe (or why none yet) and its verdict per dataset (pooled over the first
+    and the more seeds where those ran), "So far" until every dataset has its row."""
     s = Study(decl)
     c = choose(s)
     if c["recipe"] is None:
@@ -308,10 +309,16 @@ def front_line(decl: dict) -> str:
     words = []
     for ds in s.datasets:
         x = s.row(ds["short"], c["recipe"])
-        if x is not None:
-            m, se = stats.mean_se(x["per_seed"])
-            words.append(f"{ds['short']} {m:.2f} ({anchor_verdict(m, se, *s.anchor(ds))})")
-    return f"So far: the recipe is {label}; " + (", ".join(words) if words else "no row of it yet") + "."
+        if x is None:
+            continue
+        both = pooled(s, ds["short"], c["recipe"]) if ds["short"] in decl.get("more", []) else None
+        if both is not None:
+            words.append(f"{ds['short']} {both['mean']:.2f} over {both['seeds']} seeds ({both['verdict']})")
+            continue
+        m, se = stats.mean_se(x["per_seed"])
+        words.append(f"{ds['short']} {m:.2f} ({anchor_verdict(m, se, *s.anchor(ds))})")
+    lead = "The" if len(words) == len(s.datasets) else "So far: the"
+    return f"{lead} recipe is {label}; " + (", ".join(words) if words else "no row of it yet") + "."
 
 
 def per_task(decl: dict) -> str:
