@@ -132,8 +132,9 @@ def test_checkpoints_table_by_hand(monkeypatch):
     decl = {"datasets": [{"short": "x"}], "first": {"x": "first"}, "remade": {"x": "again"},
             "before": {"x-base": "again", "x-ttt-alpha0.3": "again"}}  # fmt: skip
     line = beyond2.checkpoints(decl).splitlines()[2]
-    assert line == (f"| x | {'a' * 12} ({'a' * 16}) | {'b' * 12} ({'b' * 16}) | no | {'b' * 12}: made again | "
-                    "not run yet | - |")
+    assert line == (
+        f"| x | {'a' * 12} ({'a' * 16}) | {'b' * 12} ({'b' * 16}) | no | {'b' * 12}: made again | not run yet | - |"
+    )
     decl["rows"] = {"x-base": "other"}  # a 100k checkpoint trained on another copy of the data than the 10k rows'
     assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| {'c' * 12} ({'c' * 16}) | no: another copy |")
     recs["other"]["raw"]["dataset_hash"] = "b" * 16
@@ -143,8 +144,11 @@ def test_checkpoints_table_by_hand(monkeypatch):
     decl["before"] = {"x-base": "first"}
     decl["remade"] = {}
     decl["rows"] = {}
-    assert beyond2.checkpoints(decl).splitlines()[2].endswith(f"| not run yet | - | {'a' * 12}: the first recipe's | "
-                                                             "not run yet | - |")
+    assert (
+        beyond2.checkpoints(decl)
+        .splitlines()[2]
+        .endswith(f"| not run yet | - | {'a' * 12}: the first recipe's | not run yet | - |")
+    )
 
 
 def test_per_task_table_by_hand(monkeypatch):

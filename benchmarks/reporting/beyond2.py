@@ -183,8 +183,11 @@ def checkpoints(decl: dict) -> str:
         if after is None or not before:
             on_same = "-"
         else:
-            on_same = "yes" if {r["raw"].get("dataset_hash") for r in before} == {after["raw"].get("dataset_hash")} \
+            on_same = (
+                "yes"
+                if {r["raw"].get("dataset_hash") for r in before} == {after["raw"].get("dataset_hash")}
                 else "no: another copy"
+            )
         if not used:
             use = NOT_RUN
         elif len(used) > 1:
